@@ -1,0 +1,30 @@
+"""Thin wrappers over the native C++ rules that apply the project's flags."""
+
+load("//tools:flags.bzl", "CXX_OPTS")
+
+def swarm_cc_library(name, copts = [], **kwargs):
+    native.cc_library(name = name, copts = CXX_OPTS + copts, **kwargs)
+
+def swarm_cc_binary(name, copts = [], **kwargs):
+    native.cc_binary(name = name, copts = CXX_OPTS + copts, **kwargs)
+
+def swarm_cc_test(name, srcs, deps = [], copts = [], **kwargs):
+    """A doctest test: links the one shared main in //tests:doctest_main."""
+    native.cc_test(
+        name = name,
+        srcs = srcs,
+        copts = CXX_OPTS + copts,
+        deps = deps + ["//tests:doctest_main"],
+        **kwargs
+    )
+
+def swarm_cc_benchmark(name, srcs, deps = [], copts = [], tags = [], **kwargs):
+    """A Google Benchmark program, run as a test only when asked for by tag."""
+    native.cc_test(
+        name = name,
+        srcs = srcs,
+        copts = CXX_OPTS + copts,
+        deps = deps + ["//bench:bench_main"],
+        tags = tags + ["benchmark", "exclusive"],
+        **kwargs
+    )
