@@ -1,0 +1,83 @@
+// cpu_backend: the CPU model of the Backend concept, over the fp32 kernels in ops.h.
+//
+// The stream is a no-op token: CPU kernels finish before they return.
+//
+//   static_assert(swarm::Backend<swarm::CpuBackend>);
+//   swarm::CpuBackend::matmul_forward(y, x, w, b, N, C, OC, swarm::CpuBackend::stream_type{});
+#pragma once
+
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/ops.h"
+
+namespace swarm {
+
+struct CpuStream {};
+
+struct CpuBackend {
+  using backend_concept = backend_t;
+  using stream_type = CpuStream;
+  static constexpr Device device = Device::cpu;
+
+  static void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                const float* wpe, int B, int T, int C, CpuStream) {
+    cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  static void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                 const int32_t* tokens, int B, int T, int C, CpuStream) {
+    cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                const float* weight, const float* bias, int N, int C, CpuStream) {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  static void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean,
+                                 const float* rstd, int N, int C, CpuStream) {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                             int N, int C, int OC, CpuStream) {
+    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, int N, int C, int OC,
+                              CpuStream) {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  static void gelu_forward(float* out, const float* inp, int64_t n, CpuStream) {
+    cpu::gelu_forward(out, inp, n);
+  }
+  static void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n,
+                            CpuStream) {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                int NH, CpuStream) {
+    cpu::attention_forward(out, att, qkv, B, T, C, NH);
+  }
+  static void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                 const float* att, int B, int T, int C, int NH, CpuStream) {
+    cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
+  }
+  static void residual_forward(float* out, const float* a, const float* b, int64_t n, CpuStream) {
+    cpu::residual_forward(out, a, b, n);
+  }
+  static void accumulate(float* dst, const float* src, int64_t n, CpuStream) {
+    cpu::accumulate(dst, src, n);
+  }
+  static void fill_zero(float* dst, int64_t n, CpuStream) {
+    std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
+  }
+  static void cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits,
+                                             const int32_t* targets, int N, int V,
+                                             float dloss_scale, CpuStream) {
+    cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, N, V, dloss_scale);
+  }
+  static void synchronize(CpuStream) {}
+};
+
+static_assert(Backend<CpuBackend>);
+
+}  // namespace swarm

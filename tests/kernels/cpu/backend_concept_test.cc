@@ -1,0 +1,34 @@
+// Which types model the Backend concept, and which do not.
+#include <doctest/doctest.h>
+
+#include "kernels/cpu/cpu_backend.h"
+
+namespace swarm {
+namespace {
+
+// Every member a backend needs, but no opt-in tag: not a backend.
+struct LooksLikeABackend : CpuBackend {
+  using backend_concept = void;
+};
+
+// Opted in, but missing the op set.
+struct TaggedButEmpty {
+  using backend_concept = backend_t;
+  using stream_type = int;
+  static constexpr Device device = Device::cpu;
+};
+
+static_assert(Backend<CpuBackend>);
+static_assert(!Backend<LooksLikeABackend>);
+static_assert(!Backend<TaggedButEmpty>);
+static_assert(!Backend<int>);
+
+TEST_CASE("the CPU backend is a Backend on the CPU device") {
+  CHECK(CpuBackend::device == Device::cpu);
+  float x[4] = {1, 2, 3, 4};
+  CpuBackend::fill_zero(x, 4, CpuStream{});
+  CHECK(x[3] == 0.0f);
+}
+
+}  // namespace
+}  // namespace swarm
