@@ -1,0 +1,65 @@
+// gpt_stage: one pipeline stage of a GPT, forward and backward, on any Backend.
+//
+// A stage owns its parameters, their gradients and its activation buffers.
+// forward() keeps the activations of the call; backward_after_forward() uses
+// them, and backward() recomputes the forward first, so any peer of a stage can
+// serve a backward for an input it never saw (DESIGN.md §5.2).
+//
+// Inputs: i32 tokens [B, T] for the first stage, f32 hidden [B, T, C] for the
+// others. Outputs: hidden [B, T, C], or for the last stage the mean
+// cross-entropy loss as f32 [1] when targets are given, logits [B, T, V] when not.
+//
+//   auto stage = swarm::gpt::GptStage<swarm::CpuBackend>::create(config, layout, seed);
+//   auto loss = stage->forward(tokens, &targets);
+//   auto none = stage->backward_after_forward(one);   // first stage: no input gradient
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "models/gpt/config.h"
+#include "swarm/core/tensor.h"
+
+namespace swarm::gpt {
+
+struct Parameter {
+  std::string name;  // global, e.g. "h.3.mlp.fc.weight": equal across any stage split
+  Tensor value;
+  Tensor grad;
+  bool apply_weight_decay = true;  // false for biases and LayerNorm gains
+};
+
+template <Backend B>
+class GptStage {
+ public:
+  // Parameters are initialized from (seed, name), so a split model starts with
+  // exactly the weights of the whole one.
+  static Result<GptStage> create(const GptConfig& config, const StageLayout& layout, uint64_t seed);
+
+  GptStage(GptStage&&) noexcept;
+  GptStage& operator=(GptStage&&) noexcept;
+  ~GptStage();
+
+  const GptConfig& config() const;
+  const StageLayout& layout() const;
+
+  std::vector<Parameter>& parameters();
+  const std::vector<Parameter>& parameters() const;
+  Status zero_grad();
+
+  Result<Tensor> forward(const TensorView& input, const TensorView* targets);
+  // grad_output: d(loss) as f32 [1] for the last stage, else f32 [B, T, C].
+  // Returns the input gradient, or an undefined Tensor for the first stage.
+  Result<Tensor> backward_after_forward(const TensorView& grad_output);
+  Result<Tensor> backward(const TensorView& input, const TensorView& grad_output,
+                          const TensorView* targets);
+
+ private:
+  struct State;
+  explicit GptStage(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace swarm::gpt

@@ -1,0 +1,346 @@
+// gpt_stage_impl: the template definitions of GptStage. Included only by the
+// translation units that instantiate it for one backend (gpt_stage_cpu.cc, and
+// the CUDA one), so users of gpt_stage.h never compile the model code.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+
+#include "models/gpt/gpt_stage.h"
+#include "models/gpt/init.h"
+#include "models/gpt/inputs.h"
+
+namespace swarm::gpt {
+
+template <Backend B>
+struct GptStage<B>::State {
+  struct BlockParams {
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  };
+  struct BlockActivations {
+    Tensor ln1, ln1_mean, ln1_rstd, qkv, att, atty, attproj, res2, ln2, ln2_mean, ln2_rstd, fch,
+        fch_gelu, fcproj, res3;
+  };
+
+  GptConfig config;
+  StageLayout layout;
+  std::vector<Parameter> params;
+  int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, head = -1;
+  std::vector<BlockParams> blocks;
+
+  int batch = 0, seq = 0;
+  bool forward_done = false;
+  bool have_targets = false;
+  Tensor tokens, targets, input, embedded;
+  std::vector<BlockActivations> acts;  // layer_repeat * num_layers applications
+  Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
+  Tensor grad_a, grad_b, dln, dqkv, datty, dfch, dfch_gelu, dlogits, dlnf;
+  typename B::stream_type stream{};
+
+  float* value(int index) { return params[index].value.template data<float>(); }
+  float* grad(int index) { return params[index].grad.template data<float>(); }
+  static float* f(const Tensor& t) { return t.template data<float>(); }
+
+  int add_param(const std::string& name, Shape shape, InitKind kind, float stddev, uint64_t seed,
+                Status* status) {
+    auto host = make_initialized(name, shape, kind, stddev, seed);
+    auto value_tensor = Tensor::copy_of(host, B::device);
+    auto grad_tensor = Tensor::zeros(shape, DType::f32, B::device);
+    if (!value_tensor.is_ok() || !grad_tensor.is_ok()) {
+      *status = value_tensor.is_ok() ? grad_tensor.status() : value_tensor.status();
+      return -1;
+    }
+    params.push_back({name, std::move(*value_tensor), std::move(*grad_tensor), kind == InitKind::normal});
+    return static_cast<int>(params.size()) - 1;
+  }
+
+  Status ensure_buffers(int B_, int T_) {
+    if (B_ == batch && T_ == seq) return Status::ok();
+    batch = 0;
+    seq = 0;
+    forward_done = false;
+    const int64_t N = static_cast<int64_t>(B_) * T_, C = config.d_model, V = config.vocab_size;
+    auto make = [&](Tensor* t, Shape shape, DType dtype = DType::f32) -> Status {
+      SWARM_ASSIGN_OR_RETURN(*t, Tensor::empty(shape, dtype, B::device));
+      return Status::ok();
+    };
+    SWARM_RETURN_IF_ERROR(make(&tokens, Shape{N}, DType::i32));
+    SWARM_RETURN_IF_ERROR(make(&targets, Shape{N}, DType::i32));
+    SWARM_RETURN_IF_ERROR(make(&input, Shape{N, C}));
+    if (layout.has_embedding()) SWARM_RETURN_IF_ERROR(make(&embedded, Shape{N, C}));
+    acts.resize(static_cast<size_t>(config.layer_repeat) * layout.num_layers());
+    for (auto& a : acts) {
+      SWARM_RETURN_IF_ERROR(make(&a.ln1, Shape{N, C}));
+      SWARM_RETURN_IF_ERROR(make(&a.ln1_mean, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&a.ln1_rstd, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&a.qkv, Shape{N, 3 * C}));
+      SWARM_RETURN_IF_ERROR(make(&a.att, Shape{B_, config.n_heads, T_, T_}));
+      SWARM_RETURN_IF_ERROR(make(&a.atty, Shape{N, C}));
+      SWARM_RETURN_IF_ERROR(make(&a.attproj, Shape{N, C}));
+      SWARM_RETURN_IF_ERROR(make(&a.res2, Shape{N, C}));
+      SWARM_RETURN_IF_ERROR(make(&a.ln2, Shape{N, C}));
+      SWARM_RETURN_IF_ERROR(make(&a.ln2_mean, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&a.ln2_rstd, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&a.fch, Shape{N, 4 * C}));
+      SWARM_RETURN_IF_ERROR(make(&a.fch_gelu, Shape{N, 4 * C}));
+      SWARM_RETURN_IF_ERROR(make(&a.fcproj, Shape{N, C}));
+      SWARM_RETURN_IF_ERROR(make(&a.res3, Shape{N, C}));
+    }
+    if (layout.has_head()) {
+      SWARM_RETURN_IF_ERROR(make(&lnf, Shape{N, C}));
+      SWARM_RETURN_IF_ERROR(make(&lnf_mean, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&lnf_rstd, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&logits, Shape{N, V}));
+      SWARM_RETURN_IF_ERROR(make(&losses, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&dlogits, Shape{N, V}));
+      SWARM_RETURN_IF_ERROR(make(&dlnf, Shape{N, C}));
+    }
+    SWARM_RETURN_IF_ERROR(make(&grad_a, Shape{N, C}));
+    SWARM_RETURN_IF_ERROR(make(&grad_b, Shape{N, C}));
+    SWARM_RETURN_IF_ERROR(make(&dln, Shape{N, C}));
+    SWARM_RETURN_IF_ERROR(make(&dqkv, Shape{N, 3 * C}));
+    SWARM_RETURN_IF_ERROR(make(&datty, Shape{N, C}));
+    SWARM_RETURN_IF_ERROR(make(&dfch, Shape{N, 4 * C}));
+    SWARM_RETURN_IF_ERROR(make(&dfch_gelu, Shape{N, 4 * C}));
+    batch = B_;
+    seq = T_;
+    return Status::ok();
+  }
+
+  // The input of application `app`: the stage input, or the previous block's output.
+  const float* block_input(size_t app) {
+    if (app > 0) return f(acts[app - 1].res3);
+    return layout.has_embedding() ? f(embedded) : f(input);
+  }
+  const float* stage_output() { return acts.empty() ? block_input(0) : f(acts.back().res3); }
+
+  void block_forward(const float* x, BlockActivations& a, const BlockParams& p) {
+    const int N = batch * seq, C = config.d_model, NH = config.n_heads;
+    B::layernorm_forward(f(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), x, value(p.ln1_w), value(p.ln1_b), N, C, stream);
+    B::matmul_forward(f(a.qkv), f(a.ln1), value(p.qkv_w), value(p.qkv_b), N, C, 3 * C, stream);
+    B::attention_forward(f(a.atty), f(a.att), f(a.qkv), batch, seq, C, NH, stream);
+    B::matmul_forward(f(a.attproj), f(a.atty), value(p.proj_w), value(p.proj_b), N, C, C, stream);
+    B::residual_forward(f(a.res2), x, f(a.attproj), int64_t{N} * C, stream);
+    B::layernorm_forward(f(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), f(a.res2), value(p.ln2_w), value(p.ln2_b), N, C, stream);
+    B::matmul_forward(f(a.fch), f(a.ln2), value(p.fc_w), value(p.fc_b), N, C, 4 * C, stream);
+    B::gelu_forward(f(a.fch_gelu), f(a.fch), int64_t{N} * 4 * C, stream);
+    B::matmul_forward(f(a.fcproj), f(a.fch_gelu), value(p.fcproj_w), value(p.fcproj_b), N, 4 * C, C, stream);
+    B::residual_forward(f(a.res3), f(a.res2), f(a.fcproj), int64_t{N} * C, stream);
+  }
+
+  // d holds dL/d(block output) and is consumed; dx receives dL/d(block input).
+  void block_backward(const float* x, BlockActivations& a, const BlockParams& p, float* d, float* dx) {
+    const int N = batch * seq, C = config.d_model, NH = config.n_heads;
+    const int64_t NC = int64_t{N} * C;
+    B::fill_zero(f(dfch_gelu), NC * 4, stream);
+    B::matmul_backward(f(dfch_gelu), grad(p.fcproj_w), grad(p.fcproj_b), d, f(a.fch_gelu), value(p.fcproj_w), N, 4 * C, C, stream);
+    B::fill_zero(f(dfch), NC * 4, stream);
+    B::gelu_backward(f(dfch), f(a.fch), f(dfch_gelu), NC * 4, stream);
+    B::fill_zero(f(dln), NC, stream);
+    B::matmul_backward(f(dln), grad(p.fc_w), grad(p.fc_b), f(dfch), f(a.ln2), value(p.fc_w), N, C, 4 * C, stream);
+    // res3 = res2 + fcproj, so d becomes dL/d(res2) once LN2's gradient is added.
+    B::layernorm_backward(d, grad(p.ln2_w), grad(p.ln2_b), f(dln), f(a.res2), value(p.ln2_w), f(a.ln2_mean), f(a.ln2_rstd), N, C, stream);
+    B::fill_zero(f(datty), NC, stream);
+    B::matmul_backward(f(datty), grad(p.proj_w), grad(p.proj_b), d, f(a.atty), value(p.proj_w), N, C, C, stream);
+    B::fill_zero(f(dqkv), NC * 3, stream);
+    B::attention_backward(f(dqkv), f(datty), f(a.qkv), f(a.att), batch, seq, C, NH, stream);
+    B::fill_zero(f(dln), NC, stream);
+    B::matmul_backward(f(dln), grad(p.qkv_w), grad(p.qkv_b), f(dqkv), f(a.ln1), value(p.qkv_w), N, C, 3 * C, stream);
+    // res2 = x + attproj: dx = dres2 + LN1's input gradient.
+    B::fill_zero(dx, NC, stream);
+    B::accumulate(dx, d, NC, stream);
+    B::layernorm_backward(dx, grad(p.ln1_w), grad(p.ln1_b), f(dln), x, value(p.ln1_w), f(a.ln1_mean), f(a.ln1_rstd), N, C, stream);
+  }
+};
+
+template <Backend B>
+Result<GptStage<B>> GptStage<B>::create(const GptConfig& config, const StageLayout& layout,
+                                        uint64_t seed) {
+  SWARM_RETURN_IF_ERROR(config.validate());
+  if (layout.num_stages <= 0 || layout.stage_index < 0 || layout.stage_index >= layout.num_stages ||
+      layout.first_layer < 0 || layout.end_layer > config.n_layers ||
+      layout.first_layer >= layout.end_layer) {
+    return invalid_argument("invalid stage layout: stage {} of {}, layers [{}, {}) of {}",
+                            layout.stage_index, layout.num_stages, layout.first_layer,
+                            layout.end_layer, config.n_layers);
+  }
+  auto state = std::make_unique<State>();
+  state->config = config;
+  state->layout = layout;
+  const int64_t C = config.d_model, V = config.vocab_size;
+  // GPT-2: residual projections shrink with depth so the residual stream keeps its scale.
+  const float residual_std = 0.02f / std::sqrt(2.0f * config.n_layers * config.layer_repeat);
+  Status status;
+  auto add = [&](const std::string& name, Shape shape, InitKind kind, float stddev = 0.02f) {
+    return state->add_param(name, shape, kind, stddev, seed, &status);
+  };
+  if (layout.has_embedding()) {
+    state->wte = add("wte", Shape{V, C}, InitKind::normal);
+    state->wpe = add("wpe", Shape{config.max_seq_len, C}, InitKind::normal, 0.01f);
+  }
+  for (int layer = layout.first_layer; layer < layout.end_layer; ++layer) {
+    const std::string prefix = "h." + std::to_string(layer) + ".";
+    typename State::BlockParams p{};
+    p.ln1_w = add(prefix + "ln1.weight", Shape{C}, InitKind::ones);
+    p.ln1_b = add(prefix + "ln1.bias", Shape{C}, InitKind::zeros);
+    p.qkv_w = add(prefix + "attn.qkv.weight", Shape{3 * C, C}, InitKind::normal);
+    p.qkv_b = add(prefix + "attn.qkv.bias", Shape{3 * C}, InitKind::zeros);
+    p.proj_w = add(prefix + "attn.proj.weight", Shape{C, C}, InitKind::normal, residual_std);
+    p.proj_b = add(prefix + "attn.proj.bias", Shape{C}, InitKind::zeros);
+    p.ln2_w = add(prefix + "ln2.weight", Shape{C}, InitKind::ones);
+    p.ln2_b = add(prefix + "ln2.bias", Shape{C}, InitKind::zeros);
+    p.fc_w = add(prefix + "mlp.fc.weight", Shape{4 * C, C}, InitKind::normal);
+    p.fc_b = add(prefix + "mlp.fc.bias", Shape{4 * C}, InitKind::zeros);
+    p.fcproj_w = add(prefix + "mlp.proj.weight", Shape{C, 4 * C}, InitKind::normal, residual_std);
+    p.fcproj_b = add(prefix + "mlp.proj.bias", Shape{C}, InitKind::zeros);
+    state->blocks.push_back(p);
+  }
+  if (layout.has_head()) {
+    state->lnf_w = add("lnf.weight", Shape{C}, InitKind::ones);
+    state->lnf_b = add("lnf.bias", Shape{C}, InitKind::zeros);
+    state->head = add("lm_head.weight", Shape{V, C}, InitKind::normal);
+  }
+  SWARM_RETURN_IF_ERROR(status);
+  return GptStage(std::move(state));
+}
+
+template <Backend B>
+GptStage<B>::GptStage(std::unique_ptr<State> state) : state_(std::move(state)) {}
+template <Backend B>
+GptStage<B>::GptStage(GptStage&&) noexcept = default;
+template <Backend B>
+GptStage<B>& GptStage<B>::operator=(GptStage&&) noexcept = default;
+template <Backend B>
+GptStage<B>::~GptStage() = default;
+
+template <Backend B>
+const GptConfig& GptStage<B>::config() const { return state_->config; }
+template <Backend B>
+const StageLayout& GptStage<B>::layout() const { return state_->layout; }
+template <Backend B>
+std::vector<Parameter>& GptStage<B>::parameters() { return state_->params; }
+template <Backend B>
+const std::vector<Parameter>& GptStage<B>::parameters() const { return state_->params; }
+
+template <Backend B>
+Status GptStage<B>::zero_grad() {
+  for (auto& p : state_->params) B::fill_zero(p.grad.template data<float>(), p.grad.numel(), state_->stream);
+  return Status::ok();
+}
+
+template <Backend B>
+Result<Tensor> GptStage<B>::forward(const TensorView& in, const TensorView* targets) {
+  State& s = *state_;
+  const GptConfig& cfg = s.config;
+  SWARM_RETURN_IF_ERROR(s.layout.has_embedding()
+                            ? validate_tokens(in, cfg, "input tokens")
+                            : validate_hidden(in, cfg, "input hidden states"));
+  const int batch = static_cast<int>(in.shape()[0]), seq = static_cast<int>(in.shape()[1]);
+  if (targets != nullptr) {
+    if (!s.layout.has_head()) return invalid_argument("only the last stage takes targets");
+    SWARM_RETURN_IF_ERROR(validate_tokens(*targets, cfg, "targets"));
+    if (targets->shape()[0] != batch || targets->shape()[1] != seq) {
+      return invalid_argument("targets {} do not match the input's [{}, {}]",
+                              targets->shape().to_string(), batch, seq);
+    }
+  }
+  SWARM_RETURN_IF_ERROR(s.ensure_buffers(batch, seq));
+  s.forward_done = false;
+  const int N = batch * seq, C = cfg.d_model, V = cfg.vocab_size;
+
+  if (s.layout.has_embedding()) {
+    SWARM_RETURN_IF_ERROR(s.tokens.copy_from(*in.reshaped(Shape{N})));
+    B::embedding_forward(State::f(s.embedded), s.tokens.template data<int32_t>(), s.value(s.wte),
+                         s.value(s.wpe), batch, seq, C, s.stream);
+  } else {
+    SWARM_RETURN_IF_ERROR(s.input.copy_from(*in.reshaped(Shape{N, C})));
+  }
+  // Layer sharing applies each block layer_repeat times in a row, so a split
+  // model is the same function as the unsplit one.
+  const int repeat = cfg.layer_repeat;
+  for (size_t app = 0; app < s.acts.size(); ++app) {
+    s.block_forward(s.block_input(app), s.acts[app], s.blocks[app / repeat]);
+  }
+  s.have_targets = targets != nullptr;
+  s.forward_done = true;
+
+  if (!s.layout.has_head()) {
+    SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(Shape{batch, seq, C}, DType::f32, Device::cpu));
+    SWARM_RETURN_IF_ERROR(out.copy_from(TensorView(const_cast<float*>(s.stage_output()), DType::f32,
+                                                   Shape{batch, seq, C}, B::device)));
+    return out;
+  }
+  B::layernorm_forward(State::f(s.lnf), State::f(s.lnf_mean), State::f(s.lnf_rstd), s.stage_output(),
+                       s.value(s.lnf_w), s.value(s.lnf_b), N, C, s.stream);
+  B::matmul_forward(State::f(s.logits), State::f(s.lnf), s.value(s.head), nullptr, N, C, V, s.stream);
+  if (targets == nullptr) {
+    SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::copy_of(s.logits, Device::cpu));
+    return *out.reshaped(Shape{batch, seq, V});
+  }
+  SWARM_RETURN_IF_ERROR(s.targets.copy_from(*targets->reshaped(Shape{N})));
+  B::cross_entropy_forward_backward(State::f(s.losses), nullptr, State::f(s.logits),
+                                    s.targets.template data<int32_t>(), N, V, 0.0f, s.stream);
+  SWARM_ASSIGN_OR_RETURN(Tensor host_losses, Tensor::copy_of(s.losses, Device::cpu));
+  double total = 0;
+  for (float l : host_losses.template span<float>()) total += l;
+  SWARM_ASSIGN_OR_RETURN(Tensor loss, Tensor::empty(Shape{1}, DType::f32, Device::cpu));
+  loss.template data<float>()[0] = static_cast<float>(total / N);
+  return loss;
+}
+
+template <Backend B>
+Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output) {
+  State& s = *state_;
+  if (!s.forward_done) return failed_precondition("backward_after_forward without a forward");
+  const int N = s.batch * s.seq, C = s.config.d_model, V = s.config.vocab_size;
+  const int64_t NC = int64_t{N} * C;
+  float* d = State::f(s.grad_a);
+  float* dx = State::f(s.grad_b);
+  if (s.layout.has_head()) {
+    if (!s.have_targets) return failed_precondition("the last stage's backward needs targets");
+    if (grad_output.dtype() != DType::f32 || grad_output.numel() != 1) {
+      return invalid_argument("the last stage's output gradient is d(loss), f32 [1]; got {}",
+                              grad_output.describe());
+    }
+    SWARM_ASSIGN_OR_RETURN(Tensor dloss, Tensor::copy_of(grad_output, Device::cpu));
+    const float scale = dloss.template data<float>()[0] / static_cast<float>(N);
+    B::cross_entropy_forward_backward(State::f(s.losses), State::f(s.dlogits), State::f(s.logits),
+                                      s.targets.template data<int32_t>(), N, V, scale, s.stream);
+    B::fill_zero(State::f(s.dlnf), NC, s.stream);
+    B::matmul_backward(State::f(s.dlnf), s.grad(s.head), nullptr, State::f(s.dlogits),
+                       State::f(s.lnf), s.value(s.head), N, C, V, s.stream);
+    B::fill_zero(d, NC, s.stream);
+    B::layernorm_backward(d, s.grad(s.lnf_w), s.grad(s.lnf_b), State::f(s.dlnf), s.stage_output(),
+                          s.value(s.lnf_w), State::f(s.lnf_mean), State::f(s.lnf_rstd), N, C, s.stream);
+  } else {
+    SWARM_RETURN_IF_ERROR(validate_hidden(grad_output, s.config, "output gradient"));
+    if (grad_output.shape()[0] != s.batch || grad_output.shape()[1] != s.seq) {
+      return invalid_argument("output gradient {} does not match the forward's [{}, {}, {}]",
+                              grad_output.shape().to_string(), s.batch, s.seq, C);
+    }
+    SWARM_RETURN_IF_ERROR(s.grad_a.copy_from(*grad_output.reshaped(Shape{N, C})));
+  }
+  const int repeat = s.config.layer_repeat;
+  for (size_t app = s.acts.size(); app-- > 0;) {
+    s.block_backward(s.block_input(app), s.acts[app], s.blocks[app / repeat], d, dx);
+    std::swap(d, dx);
+  }
+  if (s.layout.has_embedding()) {
+    B::embedding_backward(s.grad(s.wte), s.grad(s.wpe), d, s.tokens.template data<int32_t>(),
+                          s.batch, s.seq, C, s.stream);
+    B::synchronize(s.stream);
+    return Tensor();
+  }
+  SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(Shape{s.batch, s.seq, C}, DType::f32, Device::cpu));
+  SWARM_RETURN_IF_ERROR(out.copy_from(TensorView(d, DType::f32, Shape{s.batch, s.seq, C}, B::device)));
+  return out;
+}
+
+template <Backend B>
+Result<Tensor> GptStage<B>::backward(const TensorView& input, const TensorView& grad_output,
+                                     const TensorView* targets) {
+  SWARM_RETURN_IF_ERROR(forward(input, targets).status());
+  return backward_after_forward(grad_output);
+}
+
+}  // namespace swarm::gpt

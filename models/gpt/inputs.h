@@ -1,0 +1,23 @@
+// inputs: validation of what a stage is handed, before anything is allocated.
+//
+// Stage inputs may come from a remote peer, so every mismatch is a Status with
+// a message that names the tensor, never a crash.
+//
+//   SWARM_RETURN_IF_ERROR(swarm::gpt::validate_tokens(tokens, config, "input tokens"));
+#pragma once
+
+#include <string_view>
+
+#include "models/gpt/config.h"
+#include "swarm/core/tensor.h"
+
+namespace swarm::gpt {
+
+// i32 [B, T] with B >= 1, 1 <= T <= max_seq_len, and (for host tensors) every
+// id in [0, vocab_size).
+Status validate_tokens(const TensorView& tokens, const GptConfig& config, std::string_view what);
+
+// f32 [B, T, d_model] with the same B and T bounds.
+Status validate_hidden(const TensorView& hidden, const GptConfig& config, std::string_view what);
+
+}  // namespace swarm::gpt
