@@ -34,6 +34,8 @@ for threads in 1 2; do
     echo "pytorch $theirs"
     echo "ratio block fwd+bwd tokens/s, ${threads} thread(s): swarm is $(ratio "$ours" "$theirs" tokens_per_s)x PyTorch"
     echo "ratio MLP GEMM GFLOP/s, ${threads} thread(s): swarm is $(ratio "$ours" "$theirs" gemm_gflops)x PyTorch"
+    python3 -c "import json,sys; b=json.loads(sys.argv[1]); a=json.loads(sys.argv[2]); print(f'ratio PyTorch block against the fp32 FLOP limit, {a[\"threads\"]} thread(s): {b[\"tokens_per_s\"]/a[\"roofline_tokens_per_s\"]:.3f}')" "$theirs" "$ours"
   fi
+  python3 -c "import json,sys; a=json.loads(sys.argv[1]); print(f'ratio swarm block against the fp32 FLOP limit, {a[\"threads\"]} thread(s): {a[\"tokens_per_s\"]/a[\"roofline_tokens_per_s\"]:.3f} ({a[\"tokens_per_s\"]} of at most {a[\"roofline_tokens_per_s\"]} tokens/s at the GEMM rate measured in this run)')" "$ours"
   python3 -c "import json,sys; a=json.loads(sys.argv[1]); print(f'ratio MLP GEMM GFLOP/s, {a[\"threads\"]} thread(s): swarm matmul is {a[\"gemm_gflops\"]/a[\"eigen_gemm_gflops\"]:.3f}x a plain Eigen GEMM ({a[\"gemm_gflops\"]} vs {a[\"eigen_gemm_gflops\"]} GFLOP/s)')" "$ours"
 done
