@@ -1,0 +1,223 @@
+// wire: builds and validates the frames of one peer-to-peer message.
+//
+// A message is a list of frames: frame 0 is a small Cereal-binary MessageHeader,
+// frames 1..n hold the raw bytes of tensor i-1 (tensors never go through Cereal).
+// Transports carry the frames; this package only builds them and, on receipt,
+// checks every field before trusting or allocating anything it claims.
+//
+//   SWARM_ASSIGN_OR_RETURN(swarm::wire::Frames out, swarm::wire::encode_message(header, views));
+//   auto got = swarm::wire::decode_message(out.views(), swarm::wire::Limits{}, counters);
+//   if (!got) send(swarm::wire::make_error_reply(id, stage, got.status()));
+//   float first = got->tensors[0].view.span<const float>()[0];
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <cereal/cereal.hpp>
+#include <cereal/details/helpers.hpp>
+
+#include "swarm/core/dtype.h"
+#include "swarm/core/shape.h"
+#include "swarm/core/status.h"
+#include "swarm/core/tensor.h"
+
+namespace swarm::wire {
+
+constexpr uint16_t kWireVersion = 1;
+
+enum class MessageKind : uint8_t {
+  forward = 0,
+  backward = 1,
+  result = 2,
+  error = 3,
+  info = 4,
+  state_chunk = 5,
+  allreduce_part = 6,
+  ping = 7,
+};
+constexpr uint8_t kMaxMessageKindCode = 7;
+
+// How a tensor's payload is encoded; the TensorHeader dtype is the logical
+// (source) dtype, which must be f32 for the lossy codecs.
+enum class Codec : uint8_t { none = 0, fp16 = 1, bf16 = 2, blockwise8 = 3 };
+constexpr uint8_t kMaxCodecCode = 3;
+// blockwise8: one byte per element plus one f32 scale per block of this many.
+constexpr uint64_t kBlockwise8BlockSize = 4096;
+
+// Absolute bounds of the header format, far above any sane Limits. The
+// decoder refuses a count beyond them before it reserves anything, so a
+// forged count cannot make it allocate; Limits then apply the real policy.
+constexpr uint32_t kMaxWireTensors = 1024;
+constexpr uint32_t kMaxWireRank = 64;
+constexpr uint32_t kMaxWireText = 64 << 10;
+
+// The bytes a payload must have; errors on a codec that does not apply to the
+// dtype and on sizes beyond uint64.
+Result<uint64_t> expected_payload_bytes(DType dtype, uint64_t numel, Codec codec);
+
+struct TensorHeader {
+  uint8_t dtype_code = 0;
+  uint8_t codec = 0;
+  std::vector<int64_t> dims;
+  uint64_t payload_bytes = 0;
+
+  template <class Archive>
+  void save(Archive& archive) const {
+    archive(dtype_code, codec, static_cast<uint32_t>(dims.size()));
+    for (int64_t dim : dims) archive(dim);
+    archive(payload_bytes);
+  }
+  template <class Archive>
+  void load(Archive& archive) {
+    uint32_t rank = 0;
+    archive(dtype_code, codec, rank);
+    if (rank > kMaxWireRank) throw cereal::Exception("tensor rank beyond the wire format's bound");
+    dims.clear();
+    // Grows with the dims actually read, so a short frame stops it early.
+    for (uint32_t i = 0; i < rank; ++i) {
+      int64_t dim = 0;
+      archive(dim);
+      dims.push_back(dim);
+    }
+    archive(payload_bytes);
+  }
+};
+
+// Split save/load rather than one serialize(): loading must bound each
+// count before resizing, which Cereal's std::vector/std::string loaders do not.
+// load() throws cereal::Exception on malformed input; decode_message catches it.
+struct MessageHeader {
+  uint16_t version = kWireVersion;
+  MessageKind kind = MessageKind::ping;
+  uint32_t stage = 0;
+  uint64_t request_id = 0;
+  uint16_t error_code = 0;
+  std::string error_text;
+  std::vector<TensorHeader> tensors;
+
+  template <class Archive>
+  void save(Archive& archive) const {
+    archive(version, static_cast<uint8_t>(kind), stage, request_id, error_code);
+    archive(static_cast<uint32_t>(error_text.size()));
+    archive(cereal::binary_data(error_text.data(), error_text.size()));
+    archive(static_cast<uint32_t>(tensors.size()));
+    for (const TensorHeader& tensor : tensors) tensor.save(archive);
+  }
+  template <class Archive>
+  void load(Archive& archive) {
+    archive(version);
+    // Another version may lay out the rest differently; stop so the caller
+    // reports the version rather than a confusing parse error.
+    if (version != kWireVersion) return;
+    uint8_t kind_code = 0;
+    archive(kind_code, stage, request_id, error_code);
+    kind = static_cast<MessageKind>(kind_code);  // range-checked by the decoder
+    uint32_t text_size = 0;
+    archive(text_size);
+    if (text_size > kMaxWireText) throw cereal::Exception("error text beyond the wire format's bound");
+    error_text.resize(text_size);
+    archive(cereal::binary_data(error_text.data(), error_text.size()));
+    uint32_t count = 0;
+    archive(count);
+    if (count > kMaxWireTensors) throw cereal::Exception("tensor count beyond the wire format's bound");
+    tensors.clear();
+    for (uint32_t i = 0; i < count; ++i) {
+      TensorHeader tensor;
+      tensor.load(archive);
+      tensors.push_back(std::move(tensor));
+    }
+  }
+};
+
+struct Limits {
+  uint64_t max_message_bytes = 256 << 20;  // all frames, header included
+  uint64_t max_tensor_elements = 1 << 28;
+  uint32_t max_tensors = 16;
+  uint32_t max_rank = 8;  // also capped by Shape::kMaxRank
+  uint32_t max_header_bytes = 64 << 10;
+  uint32_t max_error_text = 4096;
+};
+
+// std::string as a byte buffer: owns each frame's bytes.
+struct Frames {
+  std::vector<std::string> parts;
+
+  std::vector<std::string_view> views() const {
+    return std::vector<std::string_view>(parts.begin(), parts.end());
+  }
+};
+
+struct DecodedTensor {
+  DType dtype = DType::f32;
+  Codec codec = Codec::none;
+  Shape shape;
+  std::string_view payload;  // always set
+  // Codec::none only (otherwise data is null): points INTO the received
+  // frame. Valid only while the frames live; treat it as read-only, since
+  // the frame memory was handed over as const.
+  TensorView view;
+};
+
+struct DecodedMessage {
+  MessageHeader header;
+  std::vector<DecodedTensor> tensors;  // tensors[i] describes frame i + 1
+};
+
+// One counter per rejection reason; shared by a peer's receive threads.
+struct ValidationCounters {
+  std::atomic<uint64_t> bad_header{0};      // unparsable or trailing bytes in frame 0
+  std::atomic<uint64_t> bad_version{0};
+  std::atomic<uint64_t> bad_kind{0};
+  std::atomic<uint64_t> bad_dtype{0};       // unknown dtype, or codec unknown / not for this dtype
+  std::atomic<uint64_t> bad_shape{0};       // rank, negative dim, int64 overflow
+  std::atomic<uint64_t> too_large{0};       // any Limits bound exceeded
+  std::atomic<uint64_t> frame_mismatch{0};  // frame count or sizes disagree with the header
+  std::atomic<uint64_t> misaligned{0};
+  std::atomic<uint64_t> non_finite{0};
+
+  uint64_t total() const {
+    return bad_header + bad_version + bad_kind + bad_dtype + bad_shape + too_large +
+           frame_mismatch + misaligned + non_finite;
+  }
+};
+
+// The header bytes of frame 0, without any validation (tests forge bad ones with it).
+std::string serialize_header(const MessageHeader& header);
+
+// Fills header.tensors from `tensors` (codec none) and copies their bytes into
+// frames 1..n. Errors: a tensor not on the CPU, too many tensors, a text or
+// count that the wire format cannot carry.
+Result<Frames> encode_message(const MessageHeader& header, std::span<const TensorView> tensors);
+
+// Checks everything before trusting it (see wire.cc for the order). Errors:
+//   invalid_argument    malformed header, kind, dtype, codec, shape, frame count
+//                       or size, NaN/Inf in a floating payload (names the tensor);
+//   unimplemented       another wire version;
+//   resource_exhausted  a Limits bound exceeded;
+//   failed_precondition a payload not aligned for its element type.
+Result<DecodedMessage> decode_message(const std::vector<std::string_view>& frames, const Limits& limits);
+// The same, counting the rejection reason.
+Result<DecodedMessage> decode_message(const std::vector<std::string_view>& frames, const Limits& limits,
+                                      ValidationCounters& counters);
+
+// kind error, error_code = the status code number, text cut to Limits{}.max_error_text.
+Frames make_error_reply(uint64_t request_id, uint32_t stage, const Status& status);
+// The Status an error reply carries; internal() if it is not a well-formed one.
+Status status_from_error_reply(const MessageHeader& header);
+
+// A stage's declared inputs; a dim of -1 matches any size (batch, sequence).
+struct StageSpec {
+  uint32_t stage = 0;
+  std::vector<std::pair<DType, std::vector<int64_t>>> inputs;
+};
+
+// Checks stage id, tensor count, dtype, rank and each fixed dim (invalid_argument).
+Status validate_against_spec(const MessageHeader& header, const StageSpec& spec);
+
+}  // namespace swarm::wire
