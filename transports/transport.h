@@ -1,0 +1,192 @@
+// transport: the Transport concept, request/response messaging between peers
+// with per-call deadlines, plus the Call handle every transport completes.
+//
+// A transport opts in with `using transport_concept = swarm::transport_t;`
+// (the right member names without the tag are not enough), binds servers that
+// run a handler per request, and connects clients that keep many calls in
+// flight. Runtimes are templates over it, so swapping transports is a template
+// argument:
+//
+//   template <swarm::Transport T>
+//   swarm::Result<swarm::wire::Frames> ping(typename T::client_type& client, swarm::Deadline d) {
+//     return client.call(swarm::wire::Frames{{"ping"}}, d).get();
+//   }
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "swarm/core/status.h"
+#include "swarm/wire/wire.h"
+
+namespace swarm {
+
+struct transport_t {};
+
+using Clock = std::chrono::steady_clock;
+// Absolute, so a deadline survives being passed down through retries and hops.
+using Deadline = Clock::time_point;
+using CallId = uint64_t;
+
+// Who sent a request, as the transport authenticated it (never as the payload
+// claims): routers and rate limits key on it.
+struct PeerIdentity {
+  std::string id;
+  friend bool operator==(const PeerIdentity&, const PeerIdentity&) = default;
+};
+
+// Atomics because a client's callers and a server's workers update them from
+// many threads; messages count whole multipart messages, bytes count frame bytes.
+struct TransportCounters {
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> messages_sent{0};
+  std::atomic<uint64_t> messages_received{0};
+
+  void count_sent(uint64_t bytes) {
+    bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    messages_sent.fetch_add(1, std::memory_order_relaxed);
+  }
+  void count_received(uint64_t bytes) {
+    bytes_received.fetch_add(bytes, std::memory_order_relaxed);
+    messages_received.fetch_add(1, std::memory_order_relaxed);
+  }
+};
+
+inline uint64_t frame_bytes(const wire::Frames& frames) {
+  uint64_t total = 0;
+  for (const std::string& part : frames.parts) total += part.size();
+  return total;
+}
+
+struct ServerOptions {
+  // Handlers may run concurrently on this many threads; at least 1.
+  int worker_threads = 1;
+};
+
+// Empty for now: the place for keys once a transport authenticates peers.
+struct ClientOptions {};
+
+// Runs on a server worker thread. Failures travel back as an error message
+// (wire::make_error_reply), so a handler always answers with frames.
+using RequestHandler = std::function<wire::Frames(const PeerIdentity& from, wire::Frames request)>;
+
+// The one-shot result slot shared by a Call and the transport. The first
+// completion wins, so a late reply after a cancel or a missed deadline is
+// dropped instead of racing the caller.
+class CallState {
+ public:
+  CallState(CallId id, Deadline deadline) : id_(id), deadline_(deadline) {}
+
+  CallId id() const { return id_; }
+  Deadline deadline() const { return deadline_; }
+
+  // False when the call was already complete.
+  bool complete(Result<wire::Frames> result) {
+    std::lock_guard lock(mu_);
+    return complete_locked(std::move(result));
+  }
+
+  bool done() const {
+    std::lock_guard lock(mu_);
+    return result_.has_value() || taken_;
+  }
+
+  // Waits until complete or `until`, whichever is first. The call's own
+  // deadline is enforced here, by whoever waits, so no timer thread is needed.
+  bool wait_until(Deadline until) {
+    std::unique_lock lock(mu_);
+    auto is_done = [&] { return result_.has_value() || taken_; };
+    Deadline limit = std::min(until, deadline_);
+    // libstdc++ converts to the system clock internally; max() would overflow.
+    if (limit == Deadline::max()) {
+      cv_.wait(lock, is_done);
+    } else {
+      cv_.wait_until(lock, limit, is_done);
+    }
+    if (!is_done() && Clock::now() >= deadline_) {
+      complete_locked(Status(StatusCode::deadline_exceeded, "call deadline passed"));
+    }
+    return is_done();
+  }
+
+  // Blocks until complete (at the latest at the deadline); the result can be taken once.
+  Result<wire::Frames> take() {
+    wait_until(Deadline::max());
+    std::lock_guard lock(mu_);
+    if (taken_) return failed_precondition("call {} result already taken", id_);
+    taken_ = true;
+    Result<wire::Frames> out = std::move(*result_);
+    result_.reset();
+    return out;
+  }
+
+ private:
+  bool complete_locked(Result<wire::Frames> result) {
+    if (result_.has_value() || taken_) return false;
+    result_.emplace(std::move(result));
+    cv_.notify_all();
+    return true;
+  }
+
+  const CallId id_;
+  const Deadline deadline_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Result<wire::Frames>> result_;
+  bool taken_ = false;
+};
+
+// The caller's handle on one request in flight.
+class Call {
+ public:
+  explicit Call(std::shared_ptr<CallState> state) : state_(std::move(state)) {}
+
+  CallId id() const { return state_->id(); }
+  // Non-blocking; also turns a passed deadline into deadline_exceeded.
+  bool ready() const { return state_->wait_until(Deadline::min()); }
+  bool wait_until(Deadline until) const { return state_->wait_until(until); }
+  // The reply, or unavailable / deadline_exceeded / cancelled.
+  Result<wire::Frames> get() { return state_->take(); }
+
+ private:
+  std::shared_ptr<CallState> state_;
+};
+
+template <typename C>
+concept CallHandle = requires(C call, const C& const_call, Deadline deadline) {
+  { const_call.id() } -> std::same_as<CallId>;
+  { const_call.wait_until(deadline) } -> std::same_as<bool>;
+  { call.get() } -> std::same_as<Result<wire::Frames>>;
+};
+
+template <typename T>
+concept Transport =
+    std::same_as<typename T::transport_concept, transport_t> &&
+    requires(typename T::server_type& server, typename T::client_type& client,
+             const typename T::address_type& address, ServerOptions server_options,
+             ClientOptions client_options, RequestHandler handler, wire::Frames frames,
+             Deadline deadline, CallId id) {
+      { T::bind(address, server_options) } -> std::same_as<Result<typename T::server_type>>;
+      { server.serve(std::move(handler)) } -> std::same_as<Status>;
+      { server.address() } -> std::convertible_to<typename T::address_type>;
+      { server.stop() };
+      { server.counters() } -> std::same_as<const TransportCounters&>;
+      { T::connect(address, client_options) } -> std::same_as<Result<typename T::client_type>>;
+      { client.call(std::move(frames), deadline) } -> CallHandle;
+      { client.cancel(id) } -> std::same_as<Status>;
+      { client.identity() } -> std::convertible_to<PeerIdentity>;
+      { client.counters() } -> std::same_as<const TransportCounters&>;
+    };
+
+}  // namespace swarm
