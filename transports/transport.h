@@ -65,7 +65,7 @@ struct TransportCounters {
 
 inline uint64_t frame_bytes(const wire::Frames& frames) {
   uint64_t total = 0;
-  for (const std::string& part : frames.parts) total += part.size();
+  for (const auto& part : frames.parts) total += part.size();
   return total;
 }
 

@@ -26,6 +26,7 @@
 #include "swarm/core/shape.h"
 #include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
+#include "swarm/wire/frame.h"
 
 namespace swarm::wire {
 
@@ -144,12 +145,15 @@ struct Limits {
   uint32_t max_error_text = 4096;
 };
 
-// std::string as a byte buffer: owns each frame's bytes.
+// The parts of one message; each Frame shares its bytes instead of copying them.
 struct Frames {
-  std::vector<std::string> parts;
+  std::vector<Frame> parts;
 
   std::vector<std::string_view> views() const {
-    return std::vector<std::string_view>(parts.begin(), parts.end());
+    std::vector<std::string_view> out;
+    out.reserve(parts.size());
+    for (const Frame& part : parts) out.push_back(part.view());
+    return out;
   }
 };
 

@@ -43,12 +43,12 @@ TEST_CASE("random mutations never crash the decoder") {
       switch (random() % 6) {
         case 0:
         case 1: {  // flip a byte, mostly in the header where the structure is
-          std::string& part = frames.parts[random() % 4 == 0 ? pick(frames.parts.size()) : 0];
+          std::string& part = frames.parts[random() % 4 == 0 ? pick(frames.parts.size()) : 0].mutable_string();
           if (!part.empty()) part[pick(part.size())] = static_cast<char>(random());
           break;
         }
         case 2: {  // truncate a frame
-          std::string& part = frames.parts[pick(frames.parts.size())];
+          std::string& part = frames.parts[pick(frames.parts.size())].mutable_string();
           part.resize(pick(part.size() + 1));
           break;
         }
@@ -59,7 +59,7 @@ TEST_CASE("random mutations never crash the decoder") {
           if (!frames.parts.empty()) frames.parts.erase(frames.parts.begin() + pick(frames.parts.size()));
           break;
         case 5: {  // append junk
-          std::string& part = frames.parts.empty() ? frames.parts.emplace_back() : frames.parts[0];
+          std::string& part = (frames.parts.empty() ? frames.parts.emplace_back() : frames.parts[0]).mutable_string();
           part.push_back(static_cast<char>(random()));
           break;
         }

@@ -77,7 +77,7 @@ TEST_CASE("a forward message round-trips with views into the frames") {
 
 TEST_CASE("every prefix of a valid header is rejected as a bad header") {
   Fixture fixture;
-  const std::string full = fixture.frames.parts[0];
+  const std::string full = fixture.frames.parts[0].str();
   ValidationCounters counters;
   for (std::size_t length = 0; length < full.size(); ++length) {
     std::vector<std::string_view> frames = fixture.frames.views();
@@ -98,7 +98,7 @@ TEST_CASE("garbage and trailing bytes in the header frame are rejected") {
                     &ValidationCounters::bad_header);
   }
   SUBCASE("one extra byte after the header") {
-    fixture.frames.parts[0] += 'x';
+    fixture.frames.parts[0].mutable_string() += 'x';
     expect_rejected(fixture.frames.views(), Limits{}, StatusCode::invalid_argument,
                     &ValidationCounters::bad_header);
   }
@@ -239,7 +239,7 @@ TEST_CASE("frame count and frame sizes must match the header") {
 TEST_CASE("global byte limits bound the message") {
   Fixture fixture;
   uint64_t total = 0;
-  for (const std::string& part : fixture.frames.parts) total += part.size();
+  for (const Frame& part : fixture.frames.parts) total += part.size();
   Limits limits;
   limits.max_message_bytes = total;
   CHECK(decode_message(fixture.frames.views(), limits).is_ok());
@@ -331,7 +331,7 @@ TEST_CASE("an encoded payload decodes as bytes with no typed view") {
   CHECK(decoded->tensors[0].codec == Codec::blockwise8);
   CHECK(decoded->tensors[0].payload.size() == 5008);
   CHECK(decoded->tensors[0].view.raw_data() == nullptr);
-  frames.parts[1].pop_back();
+  frames.parts[1].mutable_string().pop_back();
   CHECK(decode_message(frames.views(), Limits{}).status().code() == StatusCode::invalid_argument);
 }
 
