@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "swarm/core/status.h"
 #include "swarm/wire/wire.h"
@@ -69,13 +70,30 @@ inline uint64_t frame_bytes(const wire::Frames& frames) {
   return total;
 }
 
+// Key-based authentication and encryption for transports that offer it
+// (ZeroMQ CURVE); in-process transports ignore it. Keys are Z85 text, 40
+// characters. See transports/zmq/curve_keys.h to make or derive them.
+struct CurveKeyPair {
+  std::string public_key;
+  std::string secret_key;
+};
+
+struct SecurityOptions {
+  bool curve = false;
+  CurveKeyPair keys;                              // this side's own pair
+  std::string server_public_key;                  // client side: the server it expects
+  std::vector<std::string> allowed_client_keys;   // server side: empty admits any key holder
+};
+
 struct ServerOptions {
   // Handlers may run concurrently on this many threads; at least 1.
   int worker_threads = 1;
+  SecurityOptions security;
 };
 
-// Empty for now: the place for keys once a transport authenticates peers.
-struct ClientOptions {};
+struct ClientOptions {
+  SecurityOptions security;
+};
 
 // Runs on a server worker thread. Failures travel back as an error message
 // (wire::make_error_reply), so a handler always answers with frames.

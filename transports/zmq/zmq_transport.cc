@@ -1,0 +1,529 @@
+#include "transports/zmq/zmq_transport.h"
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace swarm {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+// Below this a copy is cheaper than the bookkeeping of a zero-copy send.
+constexpr size_t kZeroCopyThreshold = 1024;
+constexpr int kHighWaterMark = 100000;
+
+std::atomic<uint64_t> g_next_endpoint{1};
+
+std::string unique_inproc(const char* kind) {
+  return fmt::format("inproc://swarm-{}-{}", kind, g_next_endpoint.fetch_add(1));
+}
+
+zmq::context_t& client_context() {
+  static zmq::context_t* context = new zmq::context_t(1);  // never destroyed: outlives static clients
+  return *context;
+}
+
+zmq::message_t to_message(const wire::Frame& frame) {
+  if (frame.size() < kZeroCopyThreshold) return zmq::message_t(frame.data(), frame.size());
+  auto* keeper = new std::shared_ptr<const void>(frame.keeper());
+  return zmq::message_t(
+      const_cast<char*>(frame.data()), frame.size(),
+      [](void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }, keeper);
+}
+
+wire::Frame adopt(zmq::message_t&& message) {
+  if (message.size() < kZeroCopyThreshold) return wire::Frame(message.data<char>(), message.size());
+  auto held = std::make_shared<zmq::message_t>(std::move(message));
+  return wire::Frame::adopt(held->data<char>(), held->size(), held);
+}
+
+std::string encode_call_id(CallId id) {
+  std::string bytes(sizeof(id), '\0');
+  std::memcpy(bytes.data(), &id, sizeof(id));
+  return bytes;
+}
+
+bool decode_call_id(const zmq::message_t& message, CallId* id) {
+  if (message.size() != sizeof(CallId)) return false;
+  std::memcpy(id, message.data(), sizeof(CallId));
+  return true;
+}
+
+// Sends `head` frames, then `frames`, as one multipart message.
+bool send_multipart(zmq::socket_t& socket, std::vector<zmq::message_t>& head, const wire::Frames& frames,
+                    zmq::send_flags extra = zmq::send_flags::none) {
+  const size_t total = head.size() + frames.parts.size();
+  size_t index = 0;
+  auto flags_for = [&](size_t i) {
+    return (i + 1 < total ? zmq::send_flags::sndmore : zmq::send_flags::none) | extra;
+  };
+  for (auto& message : head) {
+    if (!socket.send(message, flags_for(index++))) return false;
+  }
+  for (const auto& part : frames.parts) {
+    zmq::message_t message = to_message(part);
+    if (!socket.send(message, flags_for(index++))) return false;
+  }
+  return true;
+}
+
+Status apply_client_security(zmq::socket_t& socket, const SecurityOptions& security) {
+  if (!security.curve) return Status::ok();
+  if (security.server_public_key.size() != 40 || security.keys.public_key.size() != 40 ||
+      security.keys.secret_key.size() != 40) {
+    return invalid_argument("CURVE needs the server's public key and this client's key pair (40-char Z85)");
+  }
+  socket.set(zmq::sockopt::curve_serverkey, security.server_public_key);
+  socket.set(zmq::sockopt::curve_publickey, security.keys.public_key);
+  socket.set(zmq::sockopt::curve_secretkey, security.keys.secret_key);
+  return Status::ok();
+}
+
+std::string hex(const void* data, size_t size) {
+  std::string out;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) out += fmt::format("{:02x}", bytes[i]);
+  return out;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- server ---
+
+struct ZmqServer::Impl {
+  struct Request {
+    zmq::message_t routing_id;
+    zmq::message_t call_id;
+    PeerIdentity from;
+    wire::Frames frames;
+  };
+
+  zmq::context_t context{1};
+  ServerOptions options;
+  std::string address;
+  std::string replies_endpoint = unique_inproc("replies");
+  zmq::socket_t router{context, zmq::socket_type::router};
+  zmq::socket_t replies{context, zmq::socket_type::pull};
+  std::unique_ptr<zmq::socket_t> zap;
+  std::unordered_set<std::string> allowed_keys;  // raw 32-byte keys
+
+  TransportCounters counters;
+  std::atomic<uint64_t> malformed{0};
+  std::atomic<uint64_t> refused{0};
+  std::atomic<bool> stopping{false};
+  bool stopped = false;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Request> queue;
+  RequestHandler handler;
+  bool serving = false;
+
+  std::thread io_thread, zap_thread;
+  std::vector<std::thread> workers;
+
+  ~Impl() { stop(); }
+
+  void stop() {
+    if (stopped) return;
+    stopped = true;
+    {
+      // Under the lock, so a worker between its check and its wait still wakes.
+      std::lock_guard lock(mu);
+      stopping = true;
+    }
+    cv.notify_all();
+    for (auto& worker : workers) worker.join();
+    if (io_thread.joinable()) io_thread.join();
+    if (zap_thread.joinable()) zap_thread.join();
+    router.close();
+    replies.close();
+    if (zap) zap->close();
+    context.shutdown();
+  }
+
+  void run_zap() {
+    // ZAP (RFC 27): version, request id, domain, address, identity, mechanism, credentials.
+    while (!stopping) {
+      zmq::pollitem_t item{zap->handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, kPollInterval);
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> request;
+      if (!zmq::recv_multipart(*zap, std::back_inserter(request), zmq::recv_flags::dontwait)) continue;
+      if (request.size() < 6) continue;
+      const std::string mechanism = request[5].to_string();
+      bool allowed = false;
+      std::string user_id;
+      if (mechanism == "CURVE" && request.size() >= 7 && request[6].size() == 32) {
+        const std::string key = request[6].to_string();
+        allowed = allowed_keys.empty() || allowed_keys.count(key) > 0;
+        char z85[41] = {};
+        zmq_z85_encode(z85, reinterpret_cast<const uint8_t*>(key.data()), 32);
+        user_id = z85;
+      }
+      if (!allowed) refused.fetch_add(1);
+      std::vector<zmq::message_t> reply;
+      reply.emplace_back(std::string("1.0"));
+      reply.emplace_back(std::move(request[1]));
+      reply.emplace_back(std::string(allowed ? "200" : "400"));
+      reply.emplace_back(std::string(allowed ? "OK" : "client key not allowed"));
+      reply.emplace_back(user_id);
+      reply.emplace_back();
+      zmq::send_multipart(*zap, reply);
+    }
+  }
+
+  void run_io() {
+    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {replies.handle(), 0, ZMQ_POLLIN, 0}};
+    while (!stopping) {
+      zmq::poll(items, 2, kPollInterval);
+      if (items[0].revents & ZMQ_POLLIN) receive_requests();
+      if (items[1].revents & ZMQ_POLLIN) forward_replies();
+    }
+  }
+
+  void receive_requests() {
+    for (int batch = 0; batch < 256; ++batch) {
+      std::vector<zmq::message_t> parts;
+      if (!zmq::recv_multipart(router, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+      CallId id = 0;
+      if (parts.size() < 2 || !decode_call_id(parts[1], &id)) {
+        malformed.fetch_add(1);
+        continue;
+      }
+      Request request;
+      // Properties ride on frames the peer sent, not on ROUTER's routing-id frame.
+      const char* user = options.security.curve ? zmq_msg_gets(parts[1].handle(), "User-Id") : nullptr;
+      request.from.id = user != nullptr ? fmt::format("curve:{}", user)
+                                        : fmt::format("zmq:{}", hex(parts[0].data(), parts[0].size()));
+      uint64_t bytes = 0;
+      for (size_t i = 2; i < parts.size(); ++i) {
+        bytes += parts[i].size();
+        request.frames.parts.push_back(adopt(std::move(parts[i])));
+      }
+      counters.count_received(bytes);
+      request.routing_id = std::move(parts[0]);
+      request.call_id = std::move(parts[1]);
+      {
+        std::lock_guard lock(mu);
+        queue.push_back(std::move(request));
+      }
+      cv.notify_one();
+    }
+  }
+
+  void forward_replies() {
+    for (int batch = 0; batch < 256; ++batch) {
+      std::vector<zmq::message_t> parts;
+      if (!zmq::recv_multipart(replies, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+      uint64_t bytes = 0;
+      for (size_t i = 2; i < parts.size(); ++i) bytes += parts[i].size();
+      // A vanished client's reply is dropped by ROUTER; nothing to do about it.
+      if (zmq::send_multipart(router, parts, zmq::send_flags::dontwait)) counters.count_sent(bytes);
+    }
+  }
+
+  void run_worker() {
+    zmq::socket_t push(context, zmq::socket_type::push);
+    push.set(zmq::sockopt::linger, 0);
+    push.set(zmq::sockopt::sndhwm, kHighWaterMark);
+    push.connect(replies_endpoint);
+    while (true) {
+      Request request;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (stopping) return;
+        request = std::move(queue.front());
+        queue.pop_front();
+      }
+      wire::Frames reply;
+      try {
+        reply = handler(request.from, std::move(request.frames));
+      } catch (const std::exception& error) {
+        reply = wire::make_error_reply(0, 0, internal("request handler threw: {}", error.what()));
+      } catch (...) {
+        reply = wire::make_error_reply(0, 0, internal("request handler threw"));
+      }
+      std::vector<zmq::message_t> head;
+      head.push_back(std::move(request.routing_id));
+      head.push_back(std::move(request.call_id));
+      send_multipart(push, head, reply);
+    }
+  }
+};
+
+ZmqServer::ZmqServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ZmqServer::ZmqServer(ZmqServer&&) noexcept = default;
+ZmqServer& ZmqServer::operator=(ZmqServer&&) noexcept = default;
+ZmqServer::~ZmqServer() = default;
+
+Status ZmqServer::serve(RequestHandler handler) {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.mu);
+  if (s.stopped) return failed_precondition("server {} is stopped", s.address);
+  if (s.serving) return failed_precondition("server {} is already serving", s.address);
+  s.handler = std::move(handler);
+  s.serving = true;
+  for (int i = 0; i < s.options.worker_threads; ++i) s.workers.emplace_back([&s] { s.run_worker(); });
+  return Status::ok();
+}
+
+const std::string& ZmqServer::address() const { return impl_->address; }
+void ZmqServer::stop() { impl_->stop(); }
+const TransportCounters& ZmqServer::counters() const { return impl_->counters; }
+uint64_t ZmqServer::malformed_messages() const { return impl_->malformed.load(); }
+uint64_t ZmqServer::refused_handshakes() const { return impl_->refused.load(); }
+
+Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions options) {
+  if (options.worker_threads < 1) return invalid_argument("a server needs at least one worker thread");
+  auto impl = std::make_unique<ZmqServer::Impl>();
+  impl->options = options;
+  try {
+    const SecurityOptions& security = options.security;
+    if (security.curve) {
+      if (!zmq_has("curve")) return unimplemented("this libzmq was built without CURVE");
+      if (security.keys.secret_key.size() != 40) {
+        return invalid_argument("CURVE needs the server's secret key (40-char Z85)");
+      }
+      for (const std::string& key : security.allowed_client_keys) {
+        uint8_t raw[32];
+        if (key.size() != 40 || zmq_z85_decode(raw, key.c_str()) == nullptr) {
+          return invalid_argument("allowed client key \"{}\" is not 40-char Z85", key);
+        }
+        impl->allowed_keys.insert(std::string(reinterpret_cast<char*>(raw), 32));
+      }
+      // The ZAP handler must be bound before the first handshake can arrive.
+      impl->zap = std::make_unique<zmq::socket_t>(impl->context, zmq::socket_type::rep);
+      impl->zap->bind("inproc://zeromq.zap.01");
+      impl->router.set(zmq::sockopt::curve_server, 1);
+      impl->router.set(zmq::sockopt::curve_secretkey, security.keys.secret_key);
+      impl->router.set(zmq::sockopt::zap_domain, "swarm");
+    }
+    impl->router.set(zmq::sockopt::linger, 0);
+    impl->router.set(zmq::sockopt::rcvhwm, kHighWaterMark);
+    impl->router.set(zmq::sockopt::sndhwm, kHighWaterMark);
+    impl->replies.set(zmq::sockopt::linger, 0);
+    impl->replies.set(zmq::sockopt::rcvhwm, kHighWaterMark);
+    impl->replies.bind(impl->replies_endpoint);
+    impl->router.bind(address);
+    impl->address = impl->router.get(zmq::sockopt::last_endpoint);
+  } catch (const zmq::error_t& error) {
+    if (impl->zap) impl->zap->close();
+    return unavailable("cannot bind {}: {}", address, error.what());
+  }
+  ZmqServer::Impl* raw = impl.get();
+  if (raw->zap) raw->zap_thread = std::thread([raw] { raw->run_zap(); });
+  raw->io_thread = std::thread([raw] { raw->run_io(); });
+  return ZmqServer(std::move(impl));
+}
+
+// ---------------------------------------------------------------- client ---
+
+struct ZmqClient::Impl {
+  struct Outgoing {
+    CallId id;
+    wire::Frames frames;
+  };
+
+  zmq::context_t& context = client_context();
+  std::string wake_endpoint = unique_inproc("wake");
+  zmq::socket_t dealer{context, zmq::socket_type::dealer};
+  zmq::socket_t wake_pull{context, zmq::socket_type::pull};
+  zmq::socket_t wake_push{context, zmq::socket_type::push};
+  PeerIdentity identity;
+  TransportCounters counters;
+
+  std::mutex outbox_mu;  // guards outbox and wake_push
+  std::deque<Outgoing> outbox;
+  std::mutex pending_mu;
+  std::unordered_map<CallId, std::shared_ptr<CallState>> pending;
+  std::atomic<CallId> next_id{1};
+  std::atomic<bool> stopping{false};
+  std::thread io_thread;
+
+  ~Impl() {
+    stopping = true;
+    if (io_thread.joinable()) io_thread.join();
+    dealer.close();
+    wake_pull.close();
+    wake_push.close();
+    std::lock_guard lock(pending_mu);
+    for (auto& [id, state] : pending) state->complete(cancelled("client closed"));
+    pending.clear();
+  }
+
+  void run_io() {
+    zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0}, {wake_pull.handle(), 0, ZMQ_POLLIN, 0}};
+    auto last_prune = Clock::now();
+    while (!stopping) {
+      zmq::poll(items, 2, kPollInterval);
+      if ((items[1].revents & ZMQ_POLLIN) || !backlog.empty()) send_outbox();
+      if (items[0].revents & ZMQ_POLLIN) receive_replies();
+      if (Clock::now() - last_prune > kPollInterval) {
+        prune_expired();
+        last_prune = Clock::now();
+      }
+    }
+  }
+
+  // Calls wait here while the server is unreachable (not yet connected, or
+  // restarting), so they go out on reconnection instead of failing at once;
+  // their deadline still ends them.
+  std::deque<Outgoing> backlog;
+
+  void send_outbox() {
+    {
+      std::lock_guard lock(outbox_mu);
+      zmq::message_t token;
+      while (wake_pull.recv(token, zmq::recv_flags::dontwait)) {
+      }
+      for (Outgoing& out : outbox) backlog.push_back(std::move(out));
+      outbox.clear();
+    }
+    while (!backlog.empty()) {
+      Outgoing& out = backlog.front();
+      if (!is_pending(out.id)) {  // cancelled or expired while waiting
+        backlog.pop_front();
+        continue;
+      }
+      std::vector<zmq::message_t> head;
+      head.emplace_back(encode_call_id(out.id));
+      const uint64_t bytes = frame_bytes(out.frames);
+      if (!send_multipart(dealer, head, out.frames, zmq::send_flags::dontwait)) return;
+      counters.count_sent(bytes);
+      backlog.pop_front();
+    }
+  }
+
+  bool is_pending(CallId id) {
+    std::lock_guard lock(pending_mu);
+    return pending.count(id) > 0;
+  }
+
+  void receive_replies() {
+    for (int batch = 0; batch < 256; ++batch) {
+      std::vector<zmq::message_t> parts;
+      if (!zmq::recv_multipart(dealer, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
+      CallId id = 0;
+      if (parts.empty() || !decode_call_id(parts[0], &id)) continue;
+      wire::Frames frames;
+      uint64_t bytes = 0;
+      for (size_t i = 1; i < parts.size(); ++i) {
+        bytes += parts[i].size();
+        frames.parts.push_back(adopt(std::move(parts[i])));
+      }
+      counters.count_received(bytes);
+      finish(id, std::move(frames));
+    }
+  }
+
+  void finish(CallId id, Result<wire::Frames> result) {
+    std::shared_ptr<CallState> state;
+    {
+      std::lock_guard lock(pending_mu);
+      auto it = pending.find(id);
+      if (it == pending.end()) return;  // cancelled, or its deadline already passed
+      state = std::move(it->second);
+      pending.erase(it);
+    }
+    state->complete(std::move(result));
+  }
+
+  void prune_expired() {
+    const auto now = Clock::now();
+    std::vector<std::shared_ptr<CallState>> expired;
+    {
+      std::lock_guard lock(pending_mu);
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (it->second->deadline() <= now || it->second->done()) {
+          expired.push_back(std::move(it->second));
+          it = pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& state : expired) state->complete(deadline_exceeded("no reply before the deadline"));
+  }
+};
+
+ZmqClient::ZmqClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ZmqClient::ZmqClient(ZmqClient&&) noexcept = default;
+ZmqClient& ZmqClient::operator=(ZmqClient&&) noexcept = default;
+ZmqClient::~ZmqClient() = default;
+
+Call ZmqClient::call(wire::Frames request, Deadline deadline) {
+  Impl& c = *impl_;
+  const CallId id = c.next_id.fetch_add(1);
+  auto state = std::make_shared<CallState>(id, deadline);
+  if (Clock::now() >= deadline) {
+    state->complete(deadline_exceeded("the deadline passed before the call was sent"));
+    return Call(state);
+  }
+  {
+    std::lock_guard lock(c.pending_mu);
+    c.pending.emplace(id, state);
+  }
+  {
+    std::lock_guard lock(c.outbox_mu);
+    c.outbox.push_back({id, std::move(request)});
+    zmq::message_t token;
+    (void)c.wake_push.send(token, zmq::send_flags::dontwait);
+  }
+  return Call(state);
+}
+
+Status ZmqClient::cancel(CallId id) {
+  std::shared_ptr<CallState> state;
+  {
+    std::lock_guard lock(impl_->pending_mu);
+    auto it = impl_->pending.find(id);
+    if (it == impl_->pending.end()) return not_found("no call {} in flight", id);
+    state = std::move(it->second);
+    impl_->pending.erase(it);
+  }
+  state->complete(cancelled("call {} cancelled", id));
+  return Status::ok();
+}
+
+const PeerIdentity& ZmqClient::identity() const { return impl_->identity; }
+const TransportCounters& ZmqClient::counters() const { return impl_->counters; }
+
+Result<ZmqClient> ZmqTransport::connect(const std::string& address, ClientOptions options) {
+  auto impl = std::make_unique<ZmqClient::Impl>();
+  try {
+    SWARM_RETURN_IF_ERROR(apply_client_security(impl->dealer, options.security));
+    impl->dealer.set(zmq::sockopt::linger, 0);
+    impl->dealer.set(zmq::sockopt::sndhwm, kHighWaterMark);
+    impl->dealer.set(zmq::sockopt::rcvhwm, kHighWaterMark);
+    impl->dealer.set(zmq::sockopt::reconnect_ivl, 50);
+    impl->wake_pull.set(zmq::sockopt::linger, 0);
+    impl->wake_push.set(zmq::sockopt::linger, 0);
+    impl->wake_pull.bind(impl->wake_endpoint);
+    impl->wake_push.connect(impl->wake_endpoint);
+    impl->dealer.connect(address);
+  } catch (const zmq::error_t& error) {
+    return unavailable("cannot connect to {}: {}", address, error.what());
+  }
+  static std::atomic<uint64_t> next_client{1};
+  impl->identity.id = options.security.curve ? fmt::format("curve:{}", options.security.keys.public_key)
+                                             : fmt::format("zmq-client-{}", next_client.fetch_add(1));
+  ZmqClient::Impl* raw = impl.get();
+  raw->io_thread = std::thread([raw] { raw->run_io(); });
+  return ZmqClient(std::move(impl));
+}
+
+}  // namespace swarm

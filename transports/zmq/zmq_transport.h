@@ -1,0 +1,86 @@
+// zmq_transport: the default Transport, ZeroMQ ROUTER servers and DEALER clients.
+//
+// A server's ROUTER socket lives on one I/O thread that hands requests to a
+// pool of worker threads and sends their replies; a client's DEALER socket
+// lives on one I/O thread too, so many calls share one connection and any
+// thread may call. Frames go out with zmq_msg_init_data over the frame's own
+// buffer and come in as Frames that adopt the received zmq message: tensor
+// bytes are never copied by the transport. With CURVE on, traffic is encrypted
+// and a ZAP handler admits only allowed client keys; the handler then sees the
+// client's public key as its PeerIdentity. DEALER reconnects by itself, so a
+// peer restarted at the same address is reached again without a new client.
+//
+//   auto server = swarm::ZmqTransport::bind("tcp://127.0.0.1:*", {});
+//   server->serve([](const swarm::PeerIdentity&, swarm::wire::Frames f) { return f; });
+//   auto client = swarm::ZmqTransport::connect(server->address(), {});
+//   auto reply = client->call(std::move(frames), swarm::Clock::now() + 1s).get();
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "swarm/core/status.h"
+#include "swarm/wire/wire.h"
+#include "transports/transport.h"
+
+namespace swarm {
+
+class ZmqServer {
+ public:
+  ZmqServer(ZmqServer&&) noexcept;
+  ZmqServer& operator=(ZmqServer&&) noexcept;
+  ~ZmqServer();
+
+  // Starts the workers; requests that arrived since bind() are served then.
+  Status serve(RequestHandler handler);
+  // The bound endpoint with its real port, e.g. "tcp://127.0.0.1:40123".
+  const std::string& address() const;
+  // Closes the socket and joins the threads; calls in flight get no reply.
+  void stop();
+  const TransportCounters& counters() const;
+  // Messages without the transport's call-id frame, and CURVE handshakes the
+  // allow-list refused.
+  uint64_t malformed_messages() const;
+  uint64_t refused_handshakes() const;
+
+ private:
+  friend struct ZmqTransport;
+  struct Impl;
+  explicit ZmqServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class ZmqClient {
+ public:
+  ZmqClient(ZmqClient&&) noexcept;
+  ZmqClient& operator=(ZmqClient&&) noexcept;
+  ~ZmqClient();
+
+  // Never blocks. The reply, or deadline_exceeded / cancelled, completes the Call.
+  Call call(wire::Frames request, Deadline deadline);
+  Status cancel(CallId id);
+  const PeerIdentity& identity() const;
+  const TransportCounters& counters() const;
+
+ private:
+  friend struct ZmqTransport;
+  struct Impl;
+  explicit ZmqClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+struct ZmqTransport {
+  using transport_concept = transport_t;
+  using server_type = ZmqServer;
+  using client_type = ZmqClient;
+  using address_type = std::string;
+
+  // "tcp://HOST:PORT", with PORT "*" for any free port. Errors: a bad or busy
+  // address, CURVE asked for without keys, or a libzmq without CURVE.
+  static Result<ZmqServer> bind(const std::string& address, ServerOptions options);
+  static Result<ZmqClient> connect(const std::string& address, ClientOptions options);
+};
+
+static_assert(Transport<ZmqTransport>);
+
+}  // namespace swarm
