@@ -104,7 +104,11 @@ using RequestHandler = std::function<wire::Frames(const PeerIdentity& from, wire
 // dropped instead of racing the caller.
 class CallState {
  public:
-  CallState(CallId id, Deadline deadline) : id_(id), deadline_(deadline) {}
+  // `pump`, when given, is run by a waiting caller to make progress on the
+  // transport until its argument; it must return by then.
+  using Pump = std::function<void(Deadline)>;
+  CallState(CallId id, Deadline deadline, Pump pump = nullptr)
+      : id_(id), deadline_(deadline), pump_(std::move(pump)) {}
 
   CallId id() const { return id_; }
   Deadline deadline() const { return deadline_; }
@@ -123,6 +127,12 @@ class CallState {
   // Waits until complete or `until`, whichever is first. The call's own
   // deadline is enforced here, by whoever waits, so no timer thread is needed.
   bool wait_until(Deadline until) {
+    if (pump_) {
+      // The waiter drives the transport itself, so the reply reaches it
+      // without a hand-off from the transport's thread.
+      const Deadline limit = std::min(until, deadline_);
+      while (!completed_.load(std::memory_order_acquire) && Clock::now() < limit) pump_(limit);
+    }
     std::unique_lock lock(mu_);
     auto is_done = [&] { return result_.has_value() || taken_; };
     Deadline limit = std::min(until, deadline_);
@@ -153,15 +163,18 @@ class CallState {
   bool complete_locked(Result<wire::Frames> result) {
     if (result_.has_value() || taken_) return false;
     result_.emplace(std::move(result));
+    completed_.store(true, std::memory_order_release);
     cv_.notify_all();
     return true;
   }
 
   const CallId id_;
   const Deadline deadline_;
+  const Pump pump_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<Result<wire::Frames>> result_;
+  std::atomic<bool> completed_{false};
   bool taken_ = false;
 };
 

@@ -1,5 +1,8 @@
 #include "transports/zmq/zmq_transport.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -130,6 +133,9 @@ struct ZmqServer::Impl {
   std::deque<Request> queue;
   RequestHandler handler;
   bool serving = false;
+  // With one worker the I/O thread runs the handler itself: requests are
+  // serialized either way, and two thread hops per request disappear.
+  std::atomic<bool> serving_inline{false};
 
   std::thread io_thread, zap_thread;
   std::vector<std::thread> workers;
@@ -189,8 +195,37 @@ struct ZmqServer::Impl {
     zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0}, {replies.handle(), 0, ZMQ_POLLIN, 0}};
     while (!stopping) {
       zmq::poll(items, 2, kPollInterval);
+      if (serving_inline) drain_queue_inline();
       if (items[0].revents & ZMQ_POLLIN) receive_requests();
       if (items[1].revents & ZMQ_POLLIN) forward_replies();
+    }
+  }
+
+  // Requests that arrived before serve() in inline mode.
+  void drain_queue_inline() {
+    std::deque<Request> waiting;
+    {
+      std::lock_guard lock(mu);
+      waiting.swap(queue);
+    }
+    for (Request& request : waiting) answer_inline(request);
+  }
+
+  void answer_inline(Request& request) {
+    wire::Frames reply = run_handler(request);
+    std::vector<zmq::message_t> head;
+    head.push_back(std::move(request.routing_id));
+    head.push_back(std::move(request.call_id));
+    if (send_multipart(router, head, reply, zmq::send_flags::dontwait)) counters.count_sent(frame_bytes(reply));
+  }
+
+  wire::Frames run_handler(Request& request) {
+    try {
+      return handler(request.from, std::move(request.frames));
+    } catch (const std::exception& error) {
+      return wire::make_error_reply(0, 0, internal("request handler threw: {}", error.what()));
+    } catch (...) {
+      return wire::make_error_reply(0, 0, internal("request handler threw"));
     }
   }
 
@@ -216,6 +251,10 @@ struct ZmqServer::Impl {
       counters.count_received(bytes);
       request.routing_id = std::move(parts[0]);
       request.call_id = std::move(parts[1]);
+      if (serving_inline) {
+        answer_inline(request);
+        continue;
+      }
       {
         std::lock_guard lock(mu);
         queue.push_back(std::move(request));
@@ -249,14 +288,7 @@ struct ZmqServer::Impl {
         request = std::move(queue.front());
         queue.pop_front();
       }
-      wire::Frames reply;
-      try {
-        reply = handler(request.from, std::move(request.frames));
-      } catch (const std::exception& error) {
-        reply = wire::make_error_reply(0, 0, internal("request handler threw: {}", error.what()));
-      } catch (...) {
-        reply = wire::make_error_reply(0, 0, internal("request handler threw"));
-      }
+      wire::Frames reply = run_handler(request);
       std::vector<zmq::message_t> head;
       head.push_back(std::move(request.routing_id));
       head.push_back(std::move(request.call_id));
@@ -277,6 +309,10 @@ Status ZmqServer::serve(RequestHandler handler) {
   if (s.serving) return failed_precondition("server {} is already serving", s.address);
   s.handler = std::move(handler);
   s.serving = true;
+  if (s.options.worker_threads == 1) {
+    s.serving_inline = true;
+    return Status::ok();
+  }
   for (int i = 0; i < s.options.worker_threads; ++i) s.workers.emplace_back([&s] { s.run_worker(); });
   return Status::ok();
 }
@@ -338,16 +374,24 @@ struct ZmqClient::Impl {
     wire::Frames frames;
   };
 
+  // Callers send on the DEALER themselves, under socket_mu, so a request
+  // leaves without a thread hop. The I/O thread only receives: it sleeps in
+  // poll(2) on the socket's notification fd and on `wakeup`, which a caller
+  // pokes when its send swallowed a readable edge or had to be queued.
   zmq::context_t& context = client_context();
-  std::string wake_endpoint = unique_inproc("wake");
+  std::mutex socket_mu;  // guards dealer and backlog
   zmq::socket_t dealer{context, zmq::socket_type::dealer};
-  zmq::socket_t wake_pull{context, zmq::socket_type::pull};
-  zmq::socket_t wake_push{context, zmq::socket_type::push};
+  // Calls wait here while the server is unreachable (not yet connected, or
+  // restarting), so they go out on reconnection instead of failing at once;
+  // their deadline still ends them.
+  std::deque<Outgoing> backlog;
+  int wakeup = -1;  // eventfd
+  int zmq_fd = -1;  // the DEALER's notification fd, read with poll(2) only
+  std::atomic<int> waiters{0};
+  static constexpr auto kPumpSlice = std::chrono::milliseconds(5);
   PeerIdentity identity;
   TransportCounters counters;
 
-  std::mutex outbox_mu;  // guards outbox and wake_push
-  std::deque<Outgoing> outbox;
   std::mutex pending_mu;
   std::unordered_map<CallId, std::shared_ptr<CallState>> pending;
   std::atomic<CallId> next_id{1};
@@ -356,55 +400,109 @@ struct ZmqClient::Impl {
 
   ~Impl() {
     stopping = true;
+    poke();
     if (io_thread.joinable()) io_thread.join();
     dealer.close();
-    wake_pull.close();
-    wake_push.close();
+    if (wakeup >= 0) ::close(wakeup);
     std::lock_guard lock(pending_mu);
     for (auto& [id, state] : pending) state->complete(cancelled("client closed"));
     pending.clear();
   }
 
+  void poke() {
+    const uint64_t one = 1;
+    if (wakeup >= 0) (void)!::write(wakeup, &one, sizeof(one));
+  }
+
+  // Called with socket_mu held. False when the socket would block.
+  bool send_locked(Outgoing& out) {
+    std::vector<zmq::message_t> head;
+    head.emplace_back(encode_call_id(out.id));
+    const uint64_t bytes = frame_bytes(out.frames);
+    if (!send_multipart(dealer, head, out.frames, zmq::send_flags::dontwait)) return false;
+    counters.count_sent(bytes);
+    return true;
+  }
+
+  void send(Outgoing out) {
+    bool wake = false;
+    {
+      std::lock_guard lock(socket_mu);
+      if (!backlog.empty() || !send_locked(out)) {
+        backlog.push_back(std::move(out));
+        wake = true;
+      }
+      // The send may have swallowed the fd's readable edge: if so, pass it on.
+      wake = wake || (dealer.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+    }
+    if (wake) poke();
+  }
+
+  // One pass over the socket: flush the backlog, take every reply waiting,
+  // deliver them. Returns whether more is readable right away.
+  bool service_socket(bool* has_backlog) {
+    std::vector<std::vector<zmq::message_t>> replies;
+    bool more = false;
+    {
+      std::lock_guard lock(socket_mu);
+      while (!backlog.empty()) {
+        if (!is_pending(backlog.front().id)) {  // cancelled or expired while waiting
+          backlog.pop_front();
+          continue;
+        }
+        if (!send_locked(backlog.front())) break;
+        backlog.pop_front();
+      }
+      for (int batch = 0; batch < 256; ++batch) {
+        std::vector<zmq::message_t> parts;
+        if (!zmq::recv_multipart(dealer, std::back_inserter(parts), zmq::recv_flags::dontwait)) break;
+        replies.push_back(std::move(parts));
+      }
+      more = (dealer.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+      if (has_backlog != nullptr) *has_backlog = !backlog.empty();
+    }
+    for (auto& parts : replies) deliver(parts);
+    return more;
+  }
+
+  // Run by a caller blocked on one of this client's calls: it waits on the
+  // socket itself, so its reply needs no hand-off from the I/O thread.
+  void pump(Deadline limit) {
+    waiters.fetch_add(1);
+    if (!service_socket(nullptr)) {
+      const auto wait = std::min<Clock::duration>(limit - Clock::now(), kPumpSlice);
+      if (wait > Clock::duration::zero()) {
+        pollfd item{zmq_fd, POLLIN, 0};
+        ::poll(&item, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(wait).count()));
+        service_socket(nullptr);
+      }
+    }
+    waiters.fetch_sub(1);
+  }
+
   void run_io() {
-    zmq::pollitem_t items[] = {{dealer.handle(), 0, ZMQ_POLLIN, 0}, {wake_pull.handle(), 0, ZMQ_POLLIN, 0}};
     auto last_prune = Clock::now();
+    bool poked = true;
     while (!stopping) {
-      zmq::poll(items, 2, kPollInterval);
-      if ((items[1].revents & ZMQ_POLLIN) || !backlog.empty()) send_outbox();
-      if (items[0].revents & ZMQ_POLLIN) receive_replies();
+      bool has_backlog = false;
+      // A caller pumping the socket takes its own reply; stepping in would
+      // only turn that into a hand-off. Pokes and the backlog still need us.
+      const bool more = (poked || waiters.load() == 0) && service_socket(&has_backlog);
       if (Clock::now() - last_prune > kPollInterval) {
         prune_expired();
         last_prune = Clock::now();
       }
-    }
-  }
-
-  // Calls wait here while the server is unreachable (not yet connected, or
-  // restarting), so they go out on reconnection instead of failing at once;
-  // their deadline still ends them.
-  std::deque<Outgoing> backlog;
-
-  void send_outbox() {
-    {
-      std::lock_guard lock(outbox_mu);
-      zmq::message_t token;
-      while (wake_pull.recv(token, zmq::recv_flags::dontwait)) {
+      if (more) continue;
+      // While callers pump the socket, leave its fd to them and wait only for pokes.
+      pollfd items[] = {{wakeup, POLLIN, 0}, {zmq_fd, POLLIN, 0}};
+      const nfds_t watched = waiters.load() > 0 ? 1 : 2;
+      const auto timeout = has_backlog ? std::chrono::milliseconds(5) : kPollInterval;
+      ::poll(items, watched, static_cast<int>(timeout.count()));
+      poked = (items[0].revents & POLLIN) != 0 || has_backlog;
+      if (items[0].revents & POLLIN) {
+        uint64_t count;
+        (void)!::read(wakeup, &count, sizeof(count));
       }
-      for (Outgoing& out : outbox) backlog.push_back(std::move(out));
-      outbox.clear();
-    }
-    while (!backlog.empty()) {
-      Outgoing& out = backlog.front();
-      if (!is_pending(out.id)) {  // cancelled or expired while waiting
-        backlog.pop_front();
-        continue;
-      }
-      std::vector<zmq::message_t> head;
-      head.emplace_back(encode_call_id(out.id));
-      const uint64_t bytes = frame_bytes(out.frames);
-      if (!send_multipart(dealer, head, out.frames, zmq::send_flags::dontwait)) return;
-      counters.count_sent(bytes);
-      backlog.pop_front();
     }
   }
 
@@ -413,21 +511,17 @@ struct ZmqClient::Impl {
     return pending.count(id) > 0;
   }
 
-  void receive_replies() {
-    for (int batch = 0; batch < 256; ++batch) {
-      std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(dealer, std::back_inserter(parts), zmq::recv_flags::dontwait)) return;
-      CallId id = 0;
-      if (parts.empty() || !decode_call_id(parts[0], &id)) continue;
-      wire::Frames frames;
-      uint64_t bytes = 0;
-      for (size_t i = 1; i < parts.size(); ++i) {
-        bytes += parts[i].size();
-        frames.parts.push_back(adopt(std::move(parts[i])));
-      }
-      counters.count_received(bytes);
-      finish(id, std::move(frames));
+  void deliver(std::vector<zmq::message_t>& parts) {
+    CallId id = 0;
+    if (parts.empty() || !decode_call_id(parts[0], &id)) return;
+    wire::Frames frames;
+    uint64_t bytes = 0;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      bytes += parts[i].size();
+      frames.parts.push_back(adopt(std::move(parts[i])));
     }
+    counters.count_received(bytes);
+    finish(id, std::move(frames));
   }
 
   void finish(CallId id, Result<wire::Frames> result) {
@@ -460,7 +554,7 @@ struct ZmqClient::Impl {
   }
 };
 
-ZmqClient::ZmqClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ZmqClient::ZmqClient(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ZmqClient::ZmqClient(ZmqClient&&) noexcept = default;
 ZmqClient& ZmqClient::operator=(ZmqClient&&) noexcept = default;
 ZmqClient::~ZmqClient() = default;
@@ -468,7 +562,10 @@ ZmqClient::~ZmqClient() = default;
 Call ZmqClient::call(wire::Frames request, Deadline deadline) {
   Impl& c = *impl_;
   const CallId id = c.next_id.fetch_add(1);
-  auto state = std::make_shared<CallState>(id, deadline);
+  std::weak_ptr<Impl> weak = impl_;
+  auto state = std::make_shared<CallState>(id, deadline, [weak](Deadline limit) {
+    if (auto client = weak.lock()) client->pump(limit);
+  });
   if (Clock::now() >= deadline) {
     state->complete(deadline_exceeded("the deadline passed before the call was sent"));
     return Call(state);
@@ -477,12 +574,7 @@ Call ZmqClient::call(wire::Frames request, Deadline deadline) {
     std::lock_guard lock(c.pending_mu);
     c.pending.emplace(id, state);
   }
-  {
-    std::lock_guard lock(c.outbox_mu);
-    c.outbox.push_back({id, std::move(request)});
-    zmq::message_t token;
-    (void)c.wake_push.send(token, zmq::send_flags::dontwait);
-  }
+  c.send({id, std::move(request)});
   return Call(state);
 }
 
@@ -503,21 +595,20 @@ const PeerIdentity& ZmqClient::identity() const { return impl_->identity; }
 const TransportCounters& ZmqClient::counters() const { return impl_->counters; }
 
 Result<ZmqClient> ZmqTransport::connect(const std::string& address, ClientOptions options) {
-  auto impl = std::make_unique<ZmqClient::Impl>();
+  auto impl = std::make_shared<ZmqClient::Impl>();
   try {
     SWARM_RETURN_IF_ERROR(apply_client_security(impl->dealer, options.security));
     impl->dealer.set(zmq::sockopt::linger, 0);
     impl->dealer.set(zmq::sockopt::sndhwm, kHighWaterMark);
     impl->dealer.set(zmq::sockopt::rcvhwm, kHighWaterMark);
     impl->dealer.set(zmq::sockopt::reconnect_ivl, 50);
-    impl->wake_pull.set(zmq::sockopt::linger, 0);
-    impl->wake_push.set(zmq::sockopt::linger, 0);
-    impl->wake_pull.bind(impl->wake_endpoint);
-    impl->wake_push.connect(impl->wake_endpoint);
     impl->dealer.connect(address);
+    impl->zmq_fd = impl->dealer.get(zmq::sockopt::fd);
   } catch (const zmq::error_t& error) {
     return unavailable("cannot connect to {}: {}", address, error.what());
   }
+  impl->wakeup = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->wakeup < 0) return internal("eventfd failed: {}", std::strerror(errno));
   static std::atomic<uint64_t> next_client{1};
   impl->identity.id = options.security.curve ? fmt::format("curve:{}", options.security.keys.public_key)
                                              : fmt::format("zmq-client-{}", next_client.fetch_add(1));

@@ -1,7 +1,8 @@
 // zmq_transport: the default Transport, ZeroMQ ROUTER servers and DEALER clients.
 //
 // A server's ROUTER socket lives on one I/O thread that hands requests to a
-// pool of worker threads and sends their replies; a client's DEALER socket
+// pool of worker threads and sends their replies (with one worker, the I/O
+// thread runs the handler itself); a client's DEALER socket
 // lives on one I/O thread too, so many calls share one connection and any
 // thread may call. Frames go out with zmq_msg_init_data over the frame's own
 // buffer and come in as Frames that adopt the received zmq message: tensor
@@ -65,8 +66,8 @@ class ZmqClient {
  private:
   friend struct ZmqTransport;
   struct Impl;
-  explicit ZmqClient(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit ZmqClient(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with waiting Calls, which pump the socket
 };
 
 struct ZmqTransport {
