@@ -21,6 +21,7 @@
 #include "kernels/backend.h"
 #include "models/gpt/config.h"
 #include "swarm/core/tensor.h"
+#include "swarm/stage/stage.h"
 
 namespace swarm::gpt {
 
@@ -34,6 +35,8 @@ struct Parameter {
 template <Backend B>
 class GptStage {
  public:
+  using stage_concept = stage_t;
+
   // Parameters are initialized from (seed, name), so a split model starts with
   // exactly the weights of the whole one.
   static Result<GptStage> create(const GptConfig& config, const StageLayout& layout, uint64_t seed);
@@ -47,7 +50,10 @@ class GptStage {
 
   std::vector<Parameter>& parameters();
   const std::vector<Parameter>& parameters() const;
+  std::vector<StageParameterView> parameter_views();
   Status zero_grad();
+  // The last stage takes targets and outputs the loss.
+  bool takes_targets() const { return layout().has_head(); }
 
   Result<Tensor> forward(const TensorView& input, const TensorView* targets);
   // grad_output: d(loss) as f32 [1] for the last stage, else f32 [B, T, C].

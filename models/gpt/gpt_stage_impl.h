@@ -223,6 +223,13 @@ template <Backend B>
 const std::vector<Parameter>& GptStage<B>::parameters() const { return state_->params; }
 
 template <Backend B>
+std::vector<StageParameterView> GptStage<B>::parameter_views() {
+  std::vector<StageParameterView> views;
+  for (auto& p : state_->params) views.push_back({p.name, p.value, p.grad, p.apply_weight_decay});
+  return views;
+}
+
+template <Backend B>
 Status GptStage<B>::zero_grad() {
   for (auto& p : state_->params) B::fill_zero(p.grad.template data<float>(), p.grad.numel(), state_->stream);
   return Status::ok();

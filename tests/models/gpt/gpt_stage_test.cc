@@ -15,6 +15,8 @@ namespace {
 
 using Model = GptModel<CpuBackend>;
 
+static_assert(Stage<GptStage<CpuBackend>>);
+
 GptConfig tiny_config(int layer_repeat = 1) {
   GptConfig config;
   config.vocab_size = 11;
