@@ -100,7 +100,20 @@ void StochasticWiringRouter::report(const PeerId& peer, TaskKind kind, int64_t t
   const bool measurable = cost > 0 && duration_seconds >= 0 && std::isfinite(duration_seconds);
   switch (outcome) {
     case Outcome::success:
-      if (measurable) observe(s, duration_seconds / cost);
+      if (measurable) {
+        // The first measurement replaces the default guess: take back the part of
+        // the virtual-time advance that the guess over- (or under-) charged, or a
+        // peer charged at a 1 s/sample default would sit idle behind peers whose
+        // real tasks take milliseconds.
+        const bool first = s.decay == 1.0;
+        const double guessed = estimate(s);
+        observe(s, duration_seconds / cost);
+        if (first) {
+          s.vtime = std::max(min_key(), s.vtime - cost * (guessed - estimate(s)));
+          ++s.version;
+          push(slot);
+        }
+      }
       break;
     case Outcome::timeout:
       // The task took at least this long; counting it keeps a peer that is alive but

@@ -47,7 +47,11 @@ zmq::message_t to_message(const wire::Frame& frame) {
 }
 
 wire::Frame adopt(zmq::message_t&& message) {
-  if (message.size() < kZeroCopyThreshold) return wire::Frame(message.data<char>(), message.size());
+  // ZeroMQ decodes messages up to its batch size in place inside its receive
+  // buffer, at any offset; tensor views need aligned data, so those are copied.
+  // Large messages get their own (aligned) allocation and are kept as they are.
+  const bool aligned = reinterpret_cast<uintptr_t>(message.data()) % 16 == 0;
+  if (message.size() < kZeroCopyThreshold || !aligned) return wire::Frame(message.data<char>(), message.size());
   auto held = std::make_shared<zmq::message_t>(std::move(message));
   return wire::Frame::adopt(held->data<char>(), held->size(), held);
 }

@@ -1,0 +1,36 @@
+// child_process: start this program again as a child (a peer of `swarm local`),
+// with its output in a log file, and signal or reap it.
+//
+// Children get PR_SET_PDEATHSIG, so killing `swarm local` never leaves peers behind.
+//
+//   auto child = swarm::apps::ChildProcess::spawn({"peer", "--stage", "1"}, "run/peers/p1.log");
+//   child->signal(SIGSTOP);
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "swarm/core/status.h"
+
+namespace swarm::apps {
+
+class ChildProcess {
+ public:
+  // Runs /proc/self/exe with `args`; stdout and stderr go to `log_path`.
+  static Result<ChildProcess> spawn(const std::vector<std::string>& args, const std::string& log_path);
+
+  pid_t pid() const { return pid_; }
+  Status signal(int signal_number) const;
+  // True once the process has exited (reaps it without blocking).
+  bool exited();
+  // SIGTERM, then SIGKILL if it has not exited within `grace_seconds`.
+  void terminate(double grace_seconds);
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+}  // namespace swarm::apps
