@@ -1,14 +1,21 @@
 // The `swarm` command-line program. Each mode is a subcommand:
+//   swarm local      the whole swarm on this machine: registry, peer processes, trainers
+//   swarm bootstrap  a registry (OpenDHT) node for swarms across machines
+//   swarm peer       serve one stage of a model
+//   swarm trainer    train through an existing swarm
 //   swarm train      train a GPT in one process (the reference for swarm runs)
 //   swarm generate   sample text from a checkpoint
-// The swarm roles (local, peer, trainer, bootstrap) arrive with the swarm runtime.
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
+#include "apps/local_swarm.h"
 #include "apps/local_training.h"
+#include "apps/swarm_roles.h"
 
 namespace {
 
@@ -44,6 +51,71 @@ int run_generate(const std::string& checkpoint, const std::string& prompt, int l
   }
   fmt::print("{}{}\n", prompt, *text);
   return 0;
+}
+
+int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
+  swarm::apps::install_stop_signals();
+  const bool terminal = ::isatty(STDOUT_FILENO);
+  bool open_line = false;
+  auto print = [&](std::string_view line, bool transient) {
+    if (transient && terminal) {
+      fmt::print("\r{:<110}", line);
+      open_line = true;
+    } else {
+      if (open_line) fmt::print("\n");
+      open_line = false;
+      fmt::print("{}\n", line);
+    }
+    std::fflush(stdout);
+  };
+  auto report = swarm::apps::run_local_swarm(options, print);
+  if (open_line) fmt::print("\n");
+  if (!report.is_ok()) {
+    fmt::print(stderr, "swarm {}: {}\n", name, report.status().to_string());
+    return 1;
+  }
+  fmt::print("done: {} steps in {:.0f} s | train loss {:.4f} -> {:.4f} | validation loss {:.4f} nats/byte | "
+             "{:.0f} tokens/s\n",
+             report->steps, report->seconds, report->first_loss, report->last_loss, report->validation_loss,
+             report->tokens_per_second);
+  fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | run directory: {}\n",
+             report->microbatches_started, report->microbatches_completed, report->microbatches_abandoned,
+             report->retries, options.run_dir);
+  return 0;
+}
+
+void add_model_options(CLI::App* command, swarm::gpt::GptConfig* model) {
+  command->add_option("--d-model", model->d_model, "Model width")->capture_default_str();
+  command->add_option("--layers", model->n_layers, "Distinct Transformer blocks")->capture_default_str();
+  command->add_option("--heads", model->n_heads, "Attention heads")->capture_default_str();
+  command->add_option("--seq-len", model->max_seq_len, "Sequence length")->capture_default_str();
+  command->add_option("--layer-repeat", model->layer_repeat, "Apply each block R times (layer sharing)")
+      ->capture_default_str();
+}
+
+void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
+  command->add_option("--run-dir", o->run_dir, "Where config.json, metrics.jsonl and peer logs go")
+      ->capture_default_str();
+  command->add_option("--stages", o->stages, "Pipeline stages")->capture_default_str();
+  command->add_option("--trainers", o->trainers, "Trainers (threads of this process)")->capture_default_str();
+  command->add_option("--steps", o->steps, "Steps; a step is --microbatches-per-step microbatches per trainer")
+      ->capture_default_str();
+  command->add_option("--seed", o->seed, "Seed for weights, data order and routing")->capture_default_str();
+  command->add_option("--microbatch", o->microbatch, "Sequences per microbatch")->capture_default_str();
+  command->add_option("--microbatches-per-step", o->microbatches_per_step, "Microbatches per step and trainer")
+      ->capture_default_str();
+  command->add_option("--in-flight", o->in_flight, "Microbatches each trainer keeps in flight")
+      ->capture_default_str();
+  command->add_option("--data", o->data_path, "Text file or directory (default: the fortunes corpus)");
+  command->add_option("--eval-windows", o->eval_windows, "Validation windows evaluated at the end")
+      ->capture_default_str();
+  command->add_option("--forward-timeout", o->forward_timeout_seconds, "Seconds before a forward hop is retried")
+      ->capture_default_str();
+  command->add_option("--backward-timeout", o->backward_timeout_seconds, "Seconds before a backward hop is retried")
+      ->capture_default_str();
+  command->add_option("--time-limit", o->time_limit_seconds, "Stop training after this many seconds (0: none)")
+      ->capture_default_str();
+  add_model_options(command, &o->model);
 }
 
 }  // namespace
@@ -91,7 +163,60 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--temperature", temperature, "Sampling temperature")->capture_default_str();
   generate_cmd->add_option("--seed", seed, "Sampling seed")->capture_default_str();
 
+  swarm::apps::LocalSwarmOptions local;
+  CLI::App* local_cmd = app.add_subcommand(
+      "local", "The main job: a whole swarm on this machine (OpenDHT registry, peer processes over ZeroMQ, trainers)");
+  add_swarm_options(local_cmd, &local);
+  local_cmd->add_option("--peers-per-stage", local.peers_per_stage, "Peer processes per stage")->capture_default_str();
+  local_cmd->add_option("--lr", local.learning_rate, "Peers' learning rate")->capture_default_str();
+  local_cmd->add_option("--step-every", local.step_every_samples, "Samples between a peer's optimizer steps")
+      ->capture_default_str();
+  local_cmd->add_option("--emulated-cost", local.emulated_seconds_per_sample,
+                        "Extra seconds per sample on every peer (routing experiments)")
+      ->capture_default_str();
+  local_cmd->add_option("--slow-peer", local.slow_peer,
+                        "STAGE:FACTOR: the first peer of STAGE runs FACTOR times slower (routing experiments)");
+  local_cmd->add_option("--chaos", local.chaos,
+                        "Scheduled faults, comma-separated: kill-peer:STAGE:AT_SECONDS, "
+                        "stop-peer:STAGE:AT_SECONDS:FOR_SECONDS (SIGSTOP then SIGCONT), restart-peer:STAGE:AT_SECONDS");
+
+  swarm::apps::LocalSwarmOptions trainer_options;
+  CLI::App* trainer_cmd = app.add_subcommand("trainer", "Train through an existing swarm (found via --bootstrap)");
+  add_swarm_options(trainer_cmd, &trainer_options);
+  trainer_cmd->add_option("--bootstrap", trainer_options.bootstrap, "HOST:PORT of a DHT node of the swarm")->required();
+
+  uint16_t bootstrap_port = 0;
+  CLI::App* bootstrap_cmd = app.add_subcommand("bootstrap", "Run a registry (OpenDHT) node that others bootstrap from");
+  bootstrap_cmd->add_option("--port", bootstrap_port, "UDP port (0: any free port)")->capture_default_str();
+
+  swarm::apps::PeerRoleOptions peer;
+  CLI::App* peer_cmd = app.add_subcommand("peer", "Serve one stage of a GPT to the swarm");
+  peer_cmd->add_option("--stage", peer.stage, "The stage this peer serves")->required();
+  peer_cmd->add_option("--stages", peer.num_stages, "Stages in the pipeline")->capture_default_str();
+  peer_cmd->add_option("--peer-id", peer.peer_id, "Name in the registry (default: stageN-PID)");
+  peer_cmd->add_option("--bootstrap", peer.bootstrap, "HOST:PORT of a DHT node")->required();
+  peer_cmd->add_option("--bind", peer.bind, "ZeroMQ endpoint to serve on")->capture_default_str();
+  peer_cmd->add_option("--vocab", peer.model.vocab_size, "Vocabulary size")->capture_default_str();
+  add_model_options(peer_cmd, &peer.model);
+  peer_cmd->add_option("--seed", peer.seed, "Seed of the initial weights (same for a stage's peers)")
+      ->capture_default_str();
+  peer_cmd->add_option("--lr", peer.learning_rate, "Learning rate")->capture_default_str();
+  peer_cmd->add_option("--warmup", peer.warmup_steps, "Warm-up optimizer steps")->capture_default_str();
+  peer_cmd->add_option("--step-every", peer.step_every_samples, "Samples between optimizer steps")
+      ->capture_default_str();
+  peer_cmd->add_option("--slowdown", peer.slowdown, "Emulate a slower machine (2 = twice as slow)")
+      ->capture_default_str();
+  peer_cmd->add_option("--emulated-cost", peer.emulated_seconds_per_sample,
+                       "Extra seconds per sample of work (emulated compute)")
+      ->capture_default_str();
+  peer_cmd->add_option("--threads", peer.threads, "CPU threads")->capture_default_str();
+  peer_cmd->add_option("--secret", peer.secret, "Swarm-wide secret for CURVE encryption (empty: plaintext)");
+
   CLI11_PARSE(app, argc, argv);
+  if (*local_cmd) return run_swarm(local, "local");
+  if (*trainer_cmd) return run_swarm(trainer_options, "trainer");
+  if (*bootstrap_cmd) return swarm::apps::run_bootstrap(bootstrap_port);
+  if (*peer_cmd) return swarm::apps::run_peer(peer);
   if (*train_cmd) return run_train(train);
   if (*generate_cmd) return run_generate(checkpoint, prompt, length, temperature, seed);
   return 1;

@@ -45,6 +45,7 @@ struct PeerConfig {
   double announce_ttl_seconds = 5.0;
   optim::OptimizerConfig optimizer;
   float learning_rate = 1e-3f;
+  int64_t warmup_steps = 0;  // linear warm-up of the local steps
   int64_t step_every_samples = 16;
   wire::Limits limits;
   // Test and experiment knobs. A peer with slowdown 2 takes twice as long per
@@ -161,13 +162,14 @@ class Peer {
     }
   }
 
-  wire::Frames reply(const wire::DecodedMessage& request, const Tensor* tensor) {
+  wire::Frames reply(const wire::DecodedMessage& request, const Tensor* tensor, const Tensor* loss = nullptr) {
     wire::MessageHeader header;
     header.kind = wire::MessageKind::result;
     header.stage = static_cast<uint32_t>(config_.stage_index);
     header.request_id = request.header.request_id;
     std::vector<TensorView> views;
     if (tensor != nullptr && tensor->defined()) views.push_back(*tensor);
+    if (loss != nullptr && loss->defined()) views.push_back(*loss);
     auto frames = wire::encode_message(header, views);
     if (!frames.is_ok()) return wire::make_error_reply(request.header.request_id, header.stage, frames.status());
     return std::move(frames).value();
@@ -186,6 +188,7 @@ class Peer {
     const bool targets = stage_.takes_targets();
     const auto& tensors = request.tensors;
     Result<Tensor> result = Status(StatusCode::internal, "unhandled");
+    Tensor loss;  // the last stage's backward also returns its loss
     int64_t batch = 0;
     bool is_backward = false;
     if (request.header.kind == wire::MessageKind::forward) {
@@ -200,7 +203,17 @@ class Peer {
       }
       batch = tensors[0].shape.rank() > 0 ? tensors[0].shape[0] : 0;
       is_backward = true;
-      result = stage_.backward(tensors[0].view, tensors[1].view, targets ? &tensors[2].view : nullptr);
+      if (targets) {
+        auto both = forward_and_backward(tensors[0].view, tensors[1].view, tensors[2].view);
+        if (both.is_ok()) {
+          loss = std::move(both->first);
+          result = std::move(both->second);
+        } else {
+          result = both.status();
+        }
+      } else {
+        result = stage_.backward(tensors[0].view, tensors[1].view, nullptr);
+      }
     } else if (request.header.kind == wire::MessageKind::ping) {
       return reply(request, nullptr);
     } else {
@@ -214,7 +227,23 @@ class Peer {
     const double extra = emulated * config_.slowdown + seconds * std::max(0.0, config_.slowdown - 1.0);
     if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));
     record(is_backward, batch, seconds + extra);
-    return reply(request, &*result);
+    return reply(request, &*result, &loss);
+  }
+
+  // (loss, input gradient) for the stage that takes targets. A stage that can
+  // run its backward on the forward it just did (GptStage) computes the forward
+  // once; any other Stage pays for a second forward inside backward().
+  Result<std::pair<Tensor, Tensor>> forward_and_backward(const TensorView& input, const TensorView& grad_output,
+                                                        const TensorView& targets) {
+    SWARM_ASSIGN_OR_RETURN(Tensor loss, stage_.forward(input, &targets));
+    Result<Tensor> grad = Status(StatusCode::internal, "unset");
+    if constexpr (requires { stage_.backward_after_forward(grad_output); }) {
+      grad = stage_.backward_after_forward(grad_output);
+    } else {
+      grad = stage_.backward(input, grad_output, &targets);
+    }
+    if (!grad.is_ok()) return grad.status();
+    return std::make_pair(std::move(loss), std::move(grad).value());
   }
 
   void maybe_step(int64_t batch) {
@@ -224,7 +253,10 @@ class Peer {
     for (auto& view : stage_.parameter_views()) {
       refs.push_back({view.name, view.value, view.grad, view.apply_weight_decay});
     }
-    Status status = optimizer_.step(refs, config_.learning_rate);
+    const double warmup = config_.warmup_steps > 0
+                              ? std::min(1.0, double(optimizer_.steps_taken() + 1) / double(config_.warmup_steps))
+                              : 1.0;
+    Status status = optimizer_.step(refs, static_cast<float>(config_.learning_rate * warmup));
     if (!status.is_ok()) log_warn("peer {}: optimizer step skipped: {}", config_.peer_id, status.to_string());
     (void)stage_.zero_grad();
     samples_since_step_ = 0;

@@ -133,34 +133,39 @@ class Trainer {
   MicrobatchOutcome run(const Tensor& tokens, const Tensor& targets, bool backward) {
     MicrobatchOutcome outcome;
     const int stages = config_.num_stages;
+    const int last = stages - 1;
     const int64_t batch = tokens.shape().rank() > 0 ? tokens.shape()[0] : 1;
     std::vector<Tensor> inputs(stages);
     inputs[0] = tokens;
-    for (int s = 0; s < stages; ++s) {
-      const bool last = s == stages - 1;
-      std::vector<TensorView> tensors{inputs[s]};
-      if (last) tensors.push_back(targets);
-      auto output = call_stage(s, TaskKind::forward, wire::MessageKind::forward, tensors, batch, &outcome);
+    for (int s = 0; s < last; ++s) {
+      auto output = call_stage(s, TaskKind::forward, wire::MessageKind::forward, {inputs[s]}, batch, &outcome);
       if (!output.is_ok()) return abandon(outcome, s, "forward", output.status());
-      if (last) {
-        outcome.loss = output->numel() > 0 ? output->template data<float>()[0] : 0.0f;
-      } else {
-        inputs[s + 1] = std::move(output).value();
-      }
+      inputs[s + 1] = std::move((*output)[0]);
     }
     if (!backward) {
+      auto loss = call_stage(last, TaskKind::forward, wire::MessageKind::forward, {inputs[last], targets}, batch,
+                             &outcome);
+      if (!loss.is_ok()) return abandon(outcome, last, "forward", loss.status());
+      outcome.loss = (*loss)[0].template data<float>()[0];
       outcome.completed = true;
       return outcome;
     }
+    // The last stage's forward and backward are one request: its reply is
+    // [input gradient, loss], which saves a forward and a round trip.
     Tensor grad = *Tensor::empty(Shape{1}, DType::f32);
     grad.data<float>()[0] = 1.0f;
-    for (int s = stages - 1; s >= 0; --s) {
-      const bool last = s == stages - 1;
+    for (int s = last; s >= 0; --s) {
       std::vector<TensorView> tensors{inputs[s], grad};
-      if (last) tensors.push_back(targets);
-      auto grad_input = call_stage(s, TaskKind::backward, wire::MessageKind::backward, tensors, batch, &outcome);
-      if (!grad_input.is_ok()) return abandon(outcome, s, "backward", grad_input.status());
-      grad = std::move(grad_input).value();
+      if (s == last) tensors.push_back(targets);
+      auto reply = call_stage(s, TaskKind::backward, wire::MessageKind::backward, tensors, batch, &outcome);
+      if (!reply.is_ok()) return abandon(outcome, s, "backward", reply.status());
+      if (s == last) {
+        if (reply->size() < 2 || (*reply)[1].numel() != 1) {
+          return abandon(outcome, s, "backward", internal("the last stage's reply lacks the loss"));
+        }
+        outcome.loss = (*reply)[1].template data<float>()[0];
+      }
+      grad = std::move((*reply)[0]);
       inputs[s] = Tensor();  // this stage's backward is done: its input can go
     }
     outcome.completed = true;
@@ -217,8 +222,8 @@ class Trainer {
   }
 
   // One hop: pick a peer, call it, retry elsewhere on failure. The result is an
-  // owned copy of the reply's tensor (undefined when the reply has none).
-  Result<Tensor> call_stage(int index, TaskKind kind, wire::MessageKind message_kind,
+  // owned copy of the reply's tensors.
+  Result<std::vector<Tensor>> call_stage(int index, TaskKind kind, wire::MessageKind message_kind,
                             const std::vector<TensorView>& tensors, int64_t batch, MicrobatchOutcome* outcome) {
     StageState& stage = *stages_[index];
     const double give_up_at = now() + config_.abandon_after_seconds;
@@ -262,7 +267,7 @@ class Trainer {
                     .get();
       }
       const double duration = now() - started;
-      Result<Tensor> tensor = decode_reply(reply);
+      Result<std::vector<Tensor>> tensor = decode_reply(reply);
       const bool ok = tensor.is_ok();
       const auto outcome_kind = ok ? Outcome::success
                                    : (tensor.status().code() == StatusCode::deadline_exceeded ? Outcome::timeout
@@ -281,13 +286,18 @@ class Trainer {
     }
   }
 
-  static Result<Tensor> decode_reply(const Result<wire::Frames>& reply) {
+  static Result<std::vector<Tensor>> decode_reply(const Result<wire::Frames>& reply) {
     if (!reply.is_ok()) return reply.status();
     SWARM_ASSIGN_OR_RETURN(wire::DecodedMessage message, wire::decode_message(reply->views(), wire::Limits{}));
     if (message.header.kind == wire::MessageKind::error) return wire::status_from_error_reply(message.header);
     if (message.header.kind != wire::MessageKind::result) return internal("unexpected reply kind");
-    if (message.tensors.empty()) return Tensor();
-    return Tensor::copy_of(message.tensors[0].view);
+    std::vector<Tensor> tensors;
+    for (const auto& decoded : message.tensors) {
+      SWARM_ASSIGN_OR_RETURN(Tensor copy, Tensor::copy_of(decoded.view));
+      tensors.push_back(std::move(copy));
+    }
+    if (tensors.empty()) tensors.emplace_back();  // e.g. the first stage's backward: no input gradient
+    return tensors;
   }
 
   TrainerConfig config_;

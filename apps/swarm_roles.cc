@@ -1,0 +1,122 @@
+#include "apps/swarm_roles.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <fmt/core.h>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "models/gpt/gpt_stage.h"
+#include "swarm/core/log.h"
+#include "swarm/peer/peer.h"
+#include "swarm/registry/dht_registry.h"
+#include "transports/zmq/curve_keys.h"
+#include "transports/zmq/zmq_transport.h"
+
+namespace swarm::apps {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_stop_signal(int) { g_stop = true; }
+
+}  // namespace
+
+void install_stop_signals() {
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+bool stop_requested() { return g_stop.load(); }
+
+bool wait_for_stop(double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!g_stop && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return g_stop;
+}
+
+int run_bootstrap(uint16_t port) {
+  install_stop_signals();
+  auto node = DhtRegistry::start(port, {});
+  if (!node.is_ok()) {
+    fmt::print(stderr, "swarm bootstrap: {}\n", node.status().to_string());
+    return 1;
+  }
+  fmt::print("bootstrap node listening on 127.0.0.1:{}\n", node->port());
+  std::fflush(stdout);
+  while (!wait_for_stop(3600)) {
+  }
+  return 0;
+}
+
+int run_peer(const PeerRoleOptions& options) {
+  install_stop_signals();
+  cpu::set_num_threads(options.threads);
+  auto layouts = gpt::partition_layers(options.model, options.num_stages);
+  if (!layouts.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", layouts.status().to_string());
+    return 1;
+  }
+  if (options.stage < 0 || options.stage >= options.num_stages) {
+    fmt::print(stderr, "swarm peer: stage {} does not exist (0..{})\n", options.stage, options.num_stages - 1);
+    return 1;
+  }
+  auto stage = gpt::GptStage<CpuBackend>::create(options.model, (*layouts)[options.stage], options.seed);
+  if (!stage.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", stage.status().to_string());
+    return 1;
+  }
+  std::vector<std::string> bootstrap;
+  if (!options.bootstrap.empty()) bootstrap.push_back(options.bootstrap);
+  auto registry = DhtRegistry::start(0, bootstrap);
+  if (!registry.is_ok()) {
+    fmt::print(stderr, "swarm peer: registry: {}\n", registry.status().to_string());
+    return 1;
+  }
+  PeerConfig config;
+  config.stage_index = options.stage;
+  config.peer_id = options.peer_id.empty() ? fmt::format("stage{}-{}", options.stage, ::getpid()) : options.peer_id;
+  config.bind_address = options.bind;
+  config.learning_rate = options.learning_rate;
+  config.warmup_steps = options.warmup_steps;
+  config.step_every_samples = options.step_every_samples;
+  config.slowdown = options.slowdown;
+  config.emulated_seconds_per_sample = options.emulated_seconds_per_sample;
+  config.announce_period_seconds = options.announce_period_seconds;
+  config.announce_ttl_seconds = options.announce_ttl_seconds;
+  if (!options.secret.empty()) {
+    auto security = zmq_transport::shared_secret_security(options.secret);
+    if (!security.is_ok()) {
+      fmt::print(stderr, "swarm peer: {}\n", security.status().to_string());
+      return 1;
+    }
+    config.server.security = *security;
+  }
+  Peer<gpt::GptStage<CpuBackend>, ZmqTransport, DhtRegistry> peer(config, std::move(stage).value(), &*registry);
+  Status started = peer.start();
+  if (!started.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", started.to_string());
+    return 1;
+  }
+  fmt::print("peer {} serving stage {} of {} at {}\n", config.peer_id, options.stage, options.num_stages,
+             peer.address());
+  std::fflush(stdout);
+  while (!wait_for_stop(5)) {
+    PeerStats stats = peer.stats();
+    fmt::print("peer {}: {} forward, {} backward, {} steps, {:.1f} samples/s\n", config.peer_id, stats.forward,
+               stats.backward, stats.optimizer_steps, stats.throughput);
+    std::fflush(stdout);
+  }
+  peer.stop();
+  return 0;
+}
+
+}  // namespace swarm::apps

@@ -1,0 +1,44 @@
+// swarm_roles: the long-running roles of the `swarm` program on a real network:
+// a DHT bootstrap node and a GPT stage peer, both until SIGINT or SIGTERM.
+//
+//   swarm bootstrap --port 31337
+//   swarm peer --stage 1 --stages 2 --bootstrap 127.0.0.1:31337
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/gpt/config.h"
+
+namespace swarm::apps {
+
+// Set by SIGINT/SIGTERM once install_stop_signals() has run.
+void install_stop_signals();
+bool stop_requested();
+// Waits until a stop signal arrives or `seconds` pass; true if a signal arrived.
+bool wait_for_stop(double seconds);
+
+int run_bootstrap(uint16_t port);
+
+struct PeerRoleOptions {
+  gpt::GptConfig model;
+  int stage = 0;
+  int num_stages = 2;
+  std::string peer_id;
+  std::string bootstrap;  // host:port of a DHT node
+  std::string bind = "tcp://127.0.0.1:*";
+  uint64_t seed = 1;
+  float learning_rate = 2e-3f;
+  int warmup_steps = 20;
+  int step_every_samples = 16;
+  double slowdown = 1.0;
+  double emulated_seconds_per_sample = 0;
+  double announce_period_seconds = 1.0;
+  double announce_ttl_seconds = 4.0;
+  int threads = 1;
+  std::string secret;  // CURVE shared secret; empty = plaintext (loopback only)
+};
+
+int run_peer(const PeerRoleOptions& options);
+
+}  // namespace swarm::apps
