@@ -13,7 +13,8 @@
 
 namespace swarm::apps {
 
-Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& args, const std::string& log_path) {
+Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& args, const std::string& log_path,
+                                         const std::vector<std::string>& environment) {
   const int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log < 0) return permission_denied("cannot open {}: {}", log_path, std::strerror(errno));
   std::vector<std::string> argv_storage{"swarm"};
@@ -30,6 +31,7 @@ Result<ChildProcess> ChildProcess::spawn(const std::vector<std::string>& args, c
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);  // the parent died before prctl took effect
+    for (const std::string& entry : environment) ::putenv(const_cast<char*>(entry.c_str()));
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
     ::execv("/proc/self/exe", argv.data());

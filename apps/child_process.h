@@ -18,8 +18,10 @@ namespace swarm::apps {
 
 class ChildProcess {
  public:
-  // Runs /proc/self/exe with `args`; stdout and stderr go to `log_path`.
-  static Result<ChildProcess> spawn(const std::vector<std::string>& args, const std::string& log_path);
+  // Runs /proc/self/exe with `args` and extra `environment` (NAME=VALUE);
+  // stdout and stderr go to `log_path`.
+  static Result<ChildProcess> spawn(const std::vector<std::string>& args, const std::string& log_path,
+                                    const std::vector<std::string>& environment = {});
 
   pid_t pid() const { return pid_; }
   Status signal(int signal_number) const;

@@ -51,6 +51,10 @@ class MetricsWriter {
   Clock::time_point start_;
 };
 
+// Peers share the cores: one OpenMP thread each, and no spinning while idle,
+// so a waiting peer does not steal the core another one is computing on.
+const std::vector<std::string> kPeerEnvironment = {"OMP_NUM_THREADS=1", "OMP_WAIT_POLICY=passive"};
+
 struct PeerProcess {
   std::string id;
   int stage = 0;
@@ -197,7 +201,8 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
     if (stage == slow_stage && slowed.insert(stage).second) slowdown = slow_factor;
     SWARM_ASSIGN_OR_RETURN(ChildProcess child,
                            ChildProcess::spawn(peer_args(o, stage, id, bootstrap_node->port(), slowdown),
-                                               (fs::path(o.run_dir) / "peers" / (id + ".log")).string()));
+                                               (fs::path(o.run_dir) / "peers" / (id + ".log")).string(),
+                                               kPeerEnvironment));
     std::lock_guard lock(peers_mu);
     processes.push_back({id, stage, child});
     return Status::ok();
@@ -313,7 +318,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
       } else {
         const std::string id = fmt::format("s{}p{}", action.stage, spawned++);
         auto child = ChildProcess::spawn(peer_args(o, action.stage, id, bootstrap_node->port(), 1.0),
-                                         (fs::path(o.run_dir) / "peers" / (id + ".log")).string());
+                                         (fs::path(o.run_dir) / "peers" / (id + ".log")).string(), kPeerEnvironment);
         if (child.is_ok()) {
           processes.push_back({id, action.stage, *child});
           target = id;

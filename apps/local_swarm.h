@@ -22,9 +22,9 @@ struct LocalSwarmOptions {
   std::string run_dir = "swarm-run";
   gpt::GptConfig model;  // defaults: d_model 128, 4 layers, 4 heads, seq 128
   int stages = 2;
-  int peers_per_stage = 2;
+  int peers_per_stage = 1;
   int trainers = 1;
-  int steps = 150;
+  int steps = 500;
   int microbatch = 8;             // sequences per microbatch
   int microbatches_per_step = 4;  // a step: this many microbatches per trainer
   int in_flight = 4;              // microbatches each trainer keeps in flight

@@ -24,7 +24,7 @@ using ConstSquareView = Eigen::Map<const RowMatrix>;
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static)
   for (int bh = 0; bh < B * NH; ++bh) {
     const int b = bh / NH, h = bh % NH;
     const float* base = qkv + static_cast<int64_t>(b) * T * 3 * C + h * hs;
@@ -55,7 +55,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         int T, int C, int NH) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-#pragma omp parallel
+#pragma omp parallel num_threads(kernel_threads())
   {
     RowMatrix datt(T, T);
 #pragma omp for schedule(static)

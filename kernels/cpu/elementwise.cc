@@ -20,7 +20,7 @@ constexpr int64_t kParallelThreshold = 1 << 15;
 void gelu_forward(float* out, const float* inp, int64_t n) {
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static) if (n > kParallelThreshold)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t begin = chunk * kChunk, size = std::min(kChunk, n - begin);
     Eigen::Map<const Eigen::ArrayXf> x(inp + begin, size);
@@ -32,7 +32,7 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static) if (n > kParallelThreshold)
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     const int64_t begin = chunk * kChunk, size = std::min(kChunk, n - begin);
     Eigen::Map<const Eigen::ArrayXf> x(inp + begin, size), dy(dout + begin, size);
@@ -44,18 +44,18 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
 }
 
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd num_threads(kernel_threads()) schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void accumulate(float* dst, const float* src, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelThreshold)
+#pragma omp parallel for simd num_threads(kernel_threads()) schedule(static) if (n > kParallelThreshold)
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
                        int T, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static)
   for (int bt = 0; bt < B * T; ++bt) {
     const float* token_row = wte + static_cast<int64_t>(tokens[bt]) * C;
     const float* position_row = wpe + static_cast<int64_t>(bt % T) * C;
@@ -73,7 +73,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
     for (int c = 0; c < C; ++c) token_row[c] += dy[c];
   }
   // Positions are columns of work: each t sums over b in order.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static)
   for (int t = 0; t < T; ++t) {
     float* position_row = dwpe + static_cast<int64_t>(t) * C;
     for (int b = 0; b < B; ++b) {
@@ -85,7 +85,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
 
 void cross_entropy_forward_backward(float* losses, float* dlogits, const float* logits,
                                     const int32_t* targets, int N, int V, float dloss_scale) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static)
   for (int i = 0; i < N; ++i) {
     const float* row = logits + static_cast<int64_t>(i) * V;
     float max_value = row[0];

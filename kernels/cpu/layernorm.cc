@@ -11,7 +11,7 @@ namespace swarm::cpu {
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
   constexpr float kEps = 1e-5f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static)
   for (int i = 0; i < N; ++i) {
     const float* x = inp + static_cast<int64_t>(i) * C;
     float sum = 0.0f;
@@ -30,7 +30,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static)
   for (int i = 0; i < N; ++i) {
     const float* dy = dout + static_cast<int64_t>(i) * C;
     const float* x = inp + static_cast<int64_t>(i) * C;
@@ -53,7 +53,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   }
   constexpr int kColumnBlock = 32;
   const int blocks = (C + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for num_threads(kernel_threads()) schedule(static)
   for (int block = 0; block < blocks; ++block) {
     const int c0 = block * kColumnBlock;
     const int c1 = c0 + kColumnBlock < C ? c0 + kColumnBlock : C;

@@ -17,9 +17,12 @@
 
 namespace swarm::cpu {
 
-// Threads used by every kernel (OpenMP and Eigen). 0 = all cores.
+// Threads used by every kernel (OpenMP and Eigen), process-wide. 0 = all cores.
+// OpenMP's own setting is per calling thread, so a kernel called from a
+// server's I/O thread would ignore it; kernels pass this count explicitly.
 void set_num_threads(int threads);
 int num_threads();
+inline int kernel_threads() { return num_threads(); }
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,

@@ -59,8 +59,14 @@ class GptStage {
   // grad_output: d(loss) as f32 [1] for the last stage, else f32 [B, T, C].
   // Returns the input gradient, or an undefined Tensor for the first stage.
   Result<Tensor> backward_after_forward(const TensorView& grad_output);
+  // Uses a recent forward of the same input when one is still parked here
+  // (the last few are kept), else recomputes the forward.
   Result<Tensor> backward(const TensorView& input, const TensorView& grad_output,
                           const TensorView* targets);
+  // Forgets parked forwards; call after changing the parameters.
+  void drop_cached_activations();
+  // Backwards that had to recompute their forward (the rest found it parked).
+  uint64_t recomputed_forwards() const;
 
  private:
   struct State;

@@ -22,8 +22,27 @@ struct GptStage<B>::State {
         fch_gelu, fcproj, res3;
   };
 
+  // A parked forward: everything ensure_buffers() allocates, plus what the
+  // forward was run on. Slots are swapped in and out of the State's own
+  // members (Tensor swaps are pointer swaps), so the compute code is unchanged.
+  struct Slot {
+    int batch = 0, seq = 0;
+    bool forward_done = false, have_targets = false;
+    uint64_t fingerprint = 0;
+    uint64_t last_use = 0;
+    Tensor tokens, targets, input, embedded;
+    std::vector<BlockActivations> acts;
+    Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
+    Tensor grad_a, grad_b, dln, dqkv, datty, dfch, dfch_gelu, dlogits, dlnf;
+  };
+  static constexpr size_t kParkedForwards = 4;
+
   GptConfig config;
   StageLayout layout;
+  std::vector<Slot> parked;
+  uint64_t fingerprint = 0;  // of the active forward's input and targets
+  uint64_t use_clock = 0;
+  uint64_t recomputed = 0;
   std::vector<Parameter> params;
   int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, head = -1;
   std::vector<BlockParams> blocks;
@@ -36,6 +55,63 @@ struct GptStage<B>::State {
   Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
   Tensor grad_a, grad_b, dln, dqkv, datty, dfch, dfch_gelu, dlogits, dlnf;
   typename B::stream_type stream{};
+
+  void swap_active(Slot& slot) {
+    std::swap(batch, slot.batch);
+    std::swap(seq, slot.seq);
+    std::swap(forward_done, slot.forward_done);
+    std::swap(have_targets, slot.have_targets);
+    std::swap(fingerprint, slot.fingerprint);
+    std::swap(tokens, slot.tokens);
+    std::swap(targets, slot.targets);
+    std::swap(input, slot.input);
+    std::swap(embedded, slot.embedded);
+    std::swap(acts, slot.acts);
+    std::swap(lnf, slot.lnf);
+    std::swap(lnf_mean, slot.lnf_mean);
+    std::swap(lnf_rstd, slot.lnf_rstd);
+    std::swap(logits, slot.logits);
+    std::swap(losses, slot.losses);
+    std::swap(grad_a, slot.grad_a);
+    std::swap(grad_b, slot.grad_b);
+    std::swap(dln, slot.dln);
+    std::swap(dqkv, slot.dqkv);
+    std::swap(datty, slot.datty);
+    std::swap(dfch, slot.dfch);
+    std::swap(dfch_gelu, slot.dfch_gelu);
+    std::swap(dlogits, slot.dlogits);
+    std::swap(dlnf, slot.dlnf);
+  }
+
+  // Before a new forward: park the active one (if any) in place of the least
+  // recently used parked slot, whose buffers become the active ones.
+  void park_active() {
+    if (!forward_done) return;
+    if (parked.size() < kParkedForwards) parked.emplace_back();
+    Slot* victim = &parked[0];
+    for (Slot& slot : parked) {
+      if (!slot.forward_done) {
+        victim = &slot;
+        break;
+      }
+      if (slot.last_use < victim->last_use) victim = &slot;
+    }
+    swap_active(*victim);
+    victim->last_use = ++use_clock;
+  }
+
+  // Makes the forward of `key` active if it is cached; false if not.
+  bool activate(uint64_t key) {
+    if (forward_done && fingerprint == key) return true;
+    for (Slot& slot : parked) {
+      if (slot.forward_done && slot.fingerprint == key) {
+        swap_active(slot);
+        slot.last_use = ++use_clock;
+        return true;
+      }
+    }
+    return false;
+  }
 
   float* value(int index) { return params[index].value.template data<float>(); }
   float* grad(int index) { return params[index].grad.template data<float>(); }
@@ -251,8 +327,10 @@ Result<Tensor> GptStage<B>::forward(const TensorView& in, const TensorView* targ
                               targets->shape().to_string(), batch, seq);
     }
   }
+  s.park_active();
   SWARM_RETURN_IF_ERROR(s.ensure_buffers(batch, seq));
   s.forward_done = false;
+  s.fingerprint = input_fingerprint(in, targets);
   const int N = batch * seq, C = cfg.d_model, V = cfg.vocab_size;
 
   if (s.layout.has_embedding()) {
@@ -346,8 +424,25 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
 template <Backend B>
 Result<Tensor> GptStage<B>::backward(const TensorView& input, const TensorView& grad_output,
                                      const TensorView* targets) {
-  SWARM_RETURN_IF_ERROR(forward(input, targets).status());
+  // A forward of this very input still parked here saves the recompute. It is
+  // exact: parked forwards are dropped whenever the parameters change.
+  const uint64_t key = input_fingerprint(input, targets);
+  if (key == 0 || !state_->activate(key)) {
+    ++state_->recomputed;
+    SWARM_RETURN_IF_ERROR(forward(input, targets).status());
+  }
   return backward_after_forward(grad_output);
+}
+
+template <Backend B>
+uint64_t GptStage<B>::recomputed_forwards() const {
+  return state_->recomputed;
+}
+
+template <Backend B>
+void GptStage<B>::drop_cached_activations() {
+  state_->forward_done = false;
+  for (auto& slot : state_->parked) slot.forward_done = false;
 }
 
 }  // namespace swarm::gpt

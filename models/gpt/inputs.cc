@@ -1,5 +1,7 @@
 #include "models/gpt/inputs.h"
 
+#include <xxhash.h>
+
 namespace swarm::gpt {
 namespace {
 
@@ -28,6 +30,23 @@ Status validate_tokens(const TensorView& tokens, const GptConfig& config, std::s
     }
   }
   return Status::ok();
+}
+
+uint64_t input_fingerprint(const TensorView& input, const TensorView* targets) {
+  if (input.device() != Device::cpu || (targets != nullptr && targets->device() != Device::cpu)) return 0;
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  const auto add_tensor = [&](const TensorView& t) {
+    const int rank = t.shape().rank();
+    XXH3_64bits_update(state, &rank, sizeof(rank));
+    XXH3_64bits_update(state, t.shape().dims().data(), sizeof(int64_t) * rank);
+    XXH3_64bits_update(state, t.raw_data(), t.size_bytes());
+  };
+  add_tensor(input);
+  if (targets != nullptr) add_tensor(*targets);
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return hash == 0 ? 1 : hash;
 }
 
 Status validate_hidden(const TensorView& hidden, const GptConfig& config, std::string_view what) {

@@ -17,6 +17,10 @@ namespace swarm::gpt {
 // id in [0, vocab_size).
 Status validate_tokens(const TensorView& tokens, const GptConfig& config, std::string_view what);
 
+// A hash of a host input (and targets) identifying a forward; 0 for device
+// tensors, which are not fingerprinted.
+uint64_t input_fingerprint(const TensorView& input, const TensorView* targets);
+
 // f32 [B, T, d_model] with the same B and T bounds.
 Status validate_hidden(const TensorView& hidden, const GptConfig& config, std::string_view what);
 

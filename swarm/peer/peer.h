@@ -259,6 +259,8 @@ class Peer {
     Status status = optimizer_.step(refs, static_cast<float>(config_.learning_rate * warmup));
     if (!status.is_ok()) log_warn("peer {}: optimizer step skipped: {}", config_.peer_id, status.to_string());
     (void)stage_.zero_grad();
+    // Forwards kept for a later backward were computed with the old weights.
+    if constexpr (requires { stage_.drop_cached_activations(); }) stage_.drop_cached_activations();
     samples_since_step_ = 0;
     std::lock_guard lock(stats_mu_);
     ++stats_.optimizer_steps;

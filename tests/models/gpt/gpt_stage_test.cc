@@ -164,6 +164,47 @@ TEST_CASE("backward with recompute equals backward after the same forward") {
   }
 }
 
+TEST_CASE("a backward served from a parked forward equals one that recomputes") {
+  GptConfig config = tiny_config();
+  auto layouts = *partition_layers(config, 3);
+  auto cached = *GptStage<CpuBackend>::create(config, layouts[1], 3);
+  auto fresh = *GptStage<CpuBackend>::create(config, layouts[1], 3);
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal;
+  auto random_hidden = [&](int batch) {
+    Tensor t = *Tensor::empty(Shape{batch, 4, config.d_model}, DType::f32);
+    for (float& x : t.span<float>()) x = normal(rng);
+    return t;
+  };
+  std::vector<Tensor> inputs{random_hidden(2), random_hidden(2), random_hidden(3), random_hidden(2)};
+  Tensor grad = random_hidden(2);
+  // Several forwards in between (one of another batch size); then the backward of the first.
+  for (const Tensor& x : inputs) REQUIRE(cached.forward(x, nullptr).is_ok());
+  auto from_cache = cached.backward(inputs[0], grad, nullptr);
+  auto recomputed = fresh.backward(inputs[0], grad, nullptr);
+  REQUIRE(from_cache.is_ok());
+  REQUIRE(recomputed.is_ok());
+  CHECK(bitwise_equal(*from_cache, *recomputed));
+  CHECK(cached.recomputed_forwards() == 0);
+  CHECK(fresh.recomputed_forwards() == 1);
+  for (size_t i = 0; i < cached.parameters().size(); ++i) {
+    CHECK(bitwise_equal(cached.parameters()[i].grad, fresh.parameters()[i].grad));
+  }
+  // After the parameters change, parked forwards are dropped and the backward recomputes.
+  for (auto& p : cached.parameters()) p.value.data<float>()[0] += 0.5f;
+  for (auto& p : fresh.parameters()) p.value.data<float>()[0] += 0.5f;
+  cached.drop_cached_activations();
+  REQUIRE(cached.zero_grad().is_ok());
+  REQUIRE(fresh.zero_grad().is_ok());
+  Tensor grad1 = random_hidden(2);
+  auto after_cached = cached.backward(inputs[1], grad1, nullptr);
+  auto after_fresh = fresh.backward(inputs[1], grad1, nullptr);
+  REQUIRE(after_cached.is_ok());
+  REQUIRE(after_fresh.is_ok());
+  CHECK(bitwise_equal(*after_cached, *after_fresh));
+  CHECK(cached.recomputed_forwards() == 1);
+}
+
 TEST_CASE("bad inputs are rejected with a status, not a crash") {
   GptConfig config = tiny_config();
   auto model = Model::create(config, 2, 1);
