@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -121,6 +122,11 @@ void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under `bazel run` the program starts in its runfiles tree; relative paths
+  // (--run-dir, --data, checkpoints) mean the user's directory.
+  if (const char* user_directory = std::getenv("BUILD_WORKING_DIRECTORY")) {
+    if (::chdir(user_directory) != 0) fmt::print(stderr, "swarm: cannot enter {}\n", user_directory);
+  }
   CLI::App app{"swarm: SWARM-parallel training of Transformer language models"};
   app.require_subcommand(1);
 
