@@ -401,6 +401,12 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
       totals.abandoned += ledger.abandoned;
       totals.retries += ledger.retries;
     }
+    for (auto& trainer : trainers) {
+      for (const TrainerEvent& e : trainer->take_events()) {
+        metrics.write({{"kind", "event"}, {"event", e.event}, {"peer", e.peer}, {"stage", e.stage},
+                       {"detail", e.detail}});
+      }
+    }
     metrics.write({{"kind", "step"}, {"step", step}, {"loss", loss}, {"tokens_per_s", tokens_per_s},
                    {"microbatches_completed", totals.completed}, {"microbatches_abandoned", totals.abandoned},
                    {"retries", totals.retries}});

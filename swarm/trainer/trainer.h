@@ -61,6 +61,14 @@ struct Ledger {
   std::vector<std::string> abandon_reasons;
 };
 
+// Something a router decided about a peer, for the run's event log.
+struct TrainerEvent {
+  std::string event;  // "banned" (an error), "timed_out"
+  std::string peer;
+  int stage = 0;
+  std::string detail;
+};
+
 // Who served what, as the trainer saw it (per peer id).
 struct ServedCounts {
   int64_t forward = 0;
@@ -107,6 +115,14 @@ class Trainer {
   std::map<std::string, ServedCounts> served() const {
     std::lock_guard lock(served_mu_);
     return served_;
+  }
+
+  // Events since the last call.
+  std::vector<TrainerEvent> take_events() {
+    std::lock_guard lock(served_mu_);
+    std::vector<TrainerEvent> out;
+    out.swap(events_);
+    return out;
   }
 
   // Peers each stage can use now, as the router sees them.
@@ -277,6 +293,11 @@ class Trainer {
         stage.router.report(*peer, kind, batch, outcome_kind, duration, now());
       }
       count(*peer, kind, ok);
+      if (!ok) {
+        std::lock_guard lock(served_mu_);
+        events_.push_back({outcome_kind == Outcome::timeout ? "timed_out" : "banned", *peer, index,
+                           tensor.status().to_string()});
+      }
       if (ok) return tensor;
       // A bad request is our fault, not the peer's: retrying elsewhere cannot help.
       if (tensor.status().code() == StatusCode::invalid_argument) return tensor.status();
@@ -312,6 +333,7 @@ class Trainer {
   Ledger ledger_;
   mutable std::mutex served_mu_;
   std::map<std::string, ServedCounts> served_;
+  std::vector<TrainerEvent> events_;
 };
 
 }  // namespace swarm

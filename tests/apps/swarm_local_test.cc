@@ -103,8 +103,13 @@ TEST_CASE("killed, restarted and stopped peers cost retries but no microbatch, a
   const std::string restarted = chaos_target["chaos_restart-peer"];
   const std::string stopped = chaos_target["chaos_stop-peer"];
   CHECK(chaos_target["chaos_continue-peer"] == stopped);
-  // The retries show the faults were felt.
+  // The retries show the faults were felt, and the events name who failed.
   CHECK(last["retries"].get<int>() > 0);
+  int failure_events = 0;
+  for (const auto& e : of_kind(run, "event")) {
+    if (e["event"] == "banned" || e["event"] == "timed_out") ++failure_events;
+  }
+  CHECK(failure_events > 0);
 
   // The restarted peer joined and served; the stopped one served again after SIGCONT.
   int64_t restarted_served = 0, stopped_at_continue = -1, stopped_final = 0;
