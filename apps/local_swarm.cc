@@ -80,6 +80,7 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
           "--lr",          fmt::format("{}", o.learning_rate),
           "--warmup",      std::to_string(o.warmup_steps),
           "--step-every",  std::to_string(o.step_every_samples),
+          "--max-batch",   std::to_string(o.max_batch),
           "--threads",     "1"};
 }
 

@@ -34,6 +34,7 @@ struct LocalSwarmOptions {
   float learning_rate = 2e-3f;
   int warmup_steps = 20;          // of each peer's local optimizer steps
   int step_every_samples = 16;
+  int max_batch = 1;              // peers batch up to this many concurrent forwards
   int eval_windows = 32;
   double forward_timeout_seconds = 10;
   double backward_timeout_seconds = 20;

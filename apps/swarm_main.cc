@@ -177,6 +177,8 @@ int main(int argc, char** argv) {
   local_cmd->add_option("--lr", local.learning_rate, "Peers' learning rate")->capture_default_str();
   local_cmd->add_option("--step-every", local.step_every_samples, "Samples between a peer's optimizer steps")
       ->capture_default_str();
+  local_cmd->add_option("--max-batch", local.max_batch, "Peers run up to this many concurrent forwards as one batch")
+      ->capture_default_str();
   local_cmd->add_option("--emulated-cost", local.emulated_seconds_per_sample,
                         "Extra seconds per sample on every peer (routing experiments)")
       ->capture_default_str();
@@ -209,6 +211,8 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--lr", peer.learning_rate, "Learning rate")->capture_default_str();
   peer_cmd->add_option("--warmup", peer.warmup_steps, "Warm-up optimizer steps")->capture_default_str();
   peer_cmd->add_option("--step-every", peer.step_every_samples, "Samples between optimizer steps")
+      ->capture_default_str();
+  peer_cmd->add_option("--max-batch", peer.max_batch, "Run up to this many concurrent forwards as one batch")
       ->capture_default_str();
   peer_cmd->add_option("--slowdown", peer.slowdown, "Emulate a slower machine (2 = twice as slow)")
       ->capture_default_str();

@@ -88,6 +88,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.learning_rate = options.learning_rate;
   config.warmup_steps = options.warmup_steps;
   config.step_every_samples = options.step_every_samples;
+  config.max_batch = options.max_batch;
   config.slowdown = options.slowdown;
   config.emulated_seconds_per_sample = options.emulated_seconds_per_sample;
   config.announce_period_seconds = options.announce_period_seconds;

@@ -31,6 +31,7 @@ struct PeerRoleOptions {
   float learning_rate = 2e-3f;
   int warmup_steps = 20;
   int step_every_samples = 16;
+  int max_batch = 1;
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
   double announce_period_seconds = 1.0;

@@ -15,6 +15,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -47,6 +50,10 @@ struct PeerConfig {
   float learning_rate = 1e-3f;
   int64_t warmup_steps = 0;  // linear warm-up of the local steps
   int64_t step_every_samples = 16;
+  // Forward requests that arrive together (from several trainers) are run as
+  // one batch of up to this many requests. 1 turns batching off and serves
+  // requests on the server's I/O thread, the lowest-latency path.
+  int max_batch = 1;
   wire::Limits limits;
   // Test and experiment knobs. A peer with slowdown 2 takes twice as long per
   // request, emulating a slower machine. emulated_seconds_per_sample adds a
@@ -90,6 +97,7 @@ struct PeerStats {
   int64_t samples = 0;
   int64_t optimizer_steps = 0;
   int64_t rejected = 0;
+  int64_t forward_batches = 0;  // stage calls that served forward requests
   double throughput = 0;  // samples per second of compute, smoothed
 };
 
@@ -105,7 +113,9 @@ class Peer {
 
   Status start() {
     ServerOptions options = config_.server;
-    options.worker_threads = 1;  // the stage is not re-entrant
+    // Batching needs requests to wait side by side, so one worker per batch slot;
+    // the stage itself is only ever entered under compute_mu_.
+    options.worker_threads = std::max(1, config_.max_batch);
     SWARM_ASSIGN_OR_RETURN(auto server, T::bind(config_.bind_address, options));
     server_.emplace(std::move(server));
     SWARM_RETURN_IF_ERROR(server_->serve(validating_handler(
@@ -135,6 +145,9 @@ class Peer {
   std::string address() const { return server_ ? std::string(server_->address()) : std::string(); }
   const PeerConfig& config() const { return config_; }
 
+  // Requests being served or waiting to be; beyond one, this is the queue.
+  int64_t requests_in_service() const { return in_service_.load(); }
+
   PeerStats stats() const {
     std::lock_guard lock(stats_mu_);
     PeerStats out = stats_;
@@ -144,7 +157,8 @@ class Peer {
 
  private:
   Status announce() {
-    PeerAnnouncementRecord record{config_.peer_id, address(), config_.stage_index, stats().throughput, 0};
+    PeerAnnouncementRecord record{config_.peer_id, address(), config_.stage_index, stats().throughput,
+                                  std::max<int64_t>(0, in_service_.load() - 1)};
     return registry_->announce(stage_registry_key(config_.stage_index), config_.peer_id, record.to_json(),
                                registry_->now() + config_.announce_ttl_seconds);
   }
@@ -179,7 +193,98 @@ class Peer {
     return wire::make_error_reply(request.header.request_id, static_cast<uint32_t>(config_.stage_index), status);
   }
 
+  // The requests waiting here beyond the one being computed form the queue
+  // length that peers announce and routers use.
+  struct InService {
+    std::atomic<int64_t>& count;
+    explicit InService(std::atomic<int64_t>& c) : count(c) { ++count; }
+    ~InService() { --count; }
+  };
+
+  struct PendingForward {
+    const TensorView* input;
+    std::promise<Result<Tensor>> done;
+  };
+
+  static bool stackable(const TensorView& a, const TensorView& b) {
+    if (a.dtype() != b.dtype() || a.shape().rank() != b.shape().rank() || a.shape().rank() == 0) return false;
+    for (int i = 1; i < a.shape().rank(); ++i) {
+      if (a.shape()[i] != b.shape()[i]) return false;
+    }
+    return true;
+  }
+
+  // Forward of a stage that takes no targets, batched with whatever forwards
+  // are waiting. Each caller enqueues itself, then takes the compute lock and
+  // runs everything queued that stacks with the first: a request already run
+  // by an earlier caller's batch just collects its result.
+  Result<Tensor> batched_forward(const TensorView& input) {
+    PendingForward me{&input, {}};
+    auto result = me.done.get_future();
+    {
+      std::lock_guard lock(queue_mu_);
+      queue_.push_back(&me);
+    }
+    {
+      std::lock_guard compute(compute_mu_);
+      std::vector<PendingForward*> batch;
+      {
+        std::lock_guard lock(queue_mu_);
+        while (!queue_.empty() && batch.size() < static_cast<size_t>(config_.max_batch) &&
+               (batch.empty() || stackable(*batch[0]->input, *queue_.front()->input))) {
+          batch.push_back(queue_.front());
+          queue_.pop_front();
+        }
+      }
+      if (!batch.empty()) run_forward_batch(batch);
+    }
+    return result.get();
+  }
+
+  void run_forward_batch(const std::vector<PendingForward*>& batch) {
+    {
+      std::lock_guard lock(stats_mu_);
+      ++stats_.forward_batches;
+    }
+    if (batch.size() == 1) {
+      batch[0]->done.set_value(stage_.forward(*batch[0]->input, nullptr));
+      return;
+    }
+    const TensorView& first = *batch[0]->input;
+    std::vector<int64_t> dims(first.shape().dims().begin(), first.shape().dims().end());
+    dims[0] = 0;
+    for (auto* p : batch) dims[0] += p->input->shape()[0];
+    auto stacked = Tensor::empty(*Shape::from_dims(dims), first.dtype());
+    if (!stacked.is_ok()) {
+      for (auto* p : batch) p->done.set_value(stacked.status());
+      return;
+    }
+    size_t offset = 0;
+    for (auto* p : batch) {
+      std::memcpy(static_cast<char*>(stacked->raw_data()) + offset, p->input->raw_data(), p->input->size_bytes());
+      offset += p->input->size_bytes();
+    }
+    Result<Tensor> output = stage_.forward(*stacked, nullptr);
+    if (!output.is_ok()) {
+      for (auto* p : batch) p->done.set_value(output.status());
+      return;
+    }
+    // Split the output back by rows.
+    const int64_t row_bytes = static_cast<int64_t>(output->size_bytes()) / output->shape()[0];
+    int64_t row = 0;
+    for (auto* p : batch) {
+      const int64_t rows = p->input->shape()[0];
+      std::vector<int64_t> out_dims(output->shape().dims().begin(), output->shape().dims().end());
+      out_dims[0] = rows;
+      TensorView slice(static_cast<char*>(output->raw_data()) + row * row_bytes, output->dtype(),
+                       *Shape::from_dims(out_dims), output->device());
+      p->done.set_value(Tensor::copy_of(slice));
+      row += rows;
+    }
+  }
+
   wire::Frames handle(const wire::DecodedMessage& request) {
+    InService in_service(in_service_);
     const auto started = std::chrono::steady_clock::now();
     if (request.header.stage != static_cast<uint32_t>(config_.stage_index)) {
       return error(request, invalid_argument("this peer serves stage {}, not {}", config_.stage_index,
@@ -196,13 +301,21 @@ class Peer {
         return error(request, invalid_argument("forward takes {} tensors, got {}", targets ? 2 : 1, tensors.size()));
       }
       batch = tensors[0].shape.rank() > 0 ? tensors[0].shape[0] : 0;
-      result = stage_.forward(tensors[0].view, targets ? &tensors[1].view : nullptr);
+      if (!targets && config_.max_batch > 1) {
+        result = batched_forward(tensors[0].view);
+      } else {
+        std::lock_guard compute(compute_mu_);
+        result = stage_.forward(tensors[0].view, targets ? &tensors[1].view : nullptr);
+        std::lock_guard lock(stats_mu_);
+        ++stats_.forward_batches;
+      }
     } else if (request.header.kind == wire::MessageKind::backward) {
       if (tensors.size() != (targets ? 3u : 2u)) {
         return error(request, invalid_argument("backward takes {} tensors, got {}", targets ? 3 : 2, tensors.size()));
       }
       batch = tensors[0].shape.rank() > 0 ? tensors[0].shape[0] : 0;
       is_backward = true;
+      std::lock_guard compute(compute_mu_);
       if (targets) {
         auto both = forward_and_backward(tensors[0].view, tensors[1].view, tensors[2].view);
         if (both.is_ok()) {
@@ -220,7 +333,10 @@ class Peer {
       return error(request, unimplemented("peers do not serve message kind {}", static_cast<int>(request.header.kind)));
     }
     if (!result.is_ok()) return error(request, result.status());
-    if (is_backward) maybe_step(batch);
+    if (is_backward) {
+      std::lock_guard compute(compute_mu_);
+      maybe_step(batch);
+    }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const double emulated = config_.emulated_seconds_per_sample * batch * (is_backward ? 2.5 : 1.0);
     // Total time becomes (compute + emulated) * slowdown.
@@ -284,6 +400,10 @@ class Peer {
   std::shared_ptr<wire::ValidationCounters> counters_;
   std::optional<typename T::server_type> server_;
   int64_t samples_since_step_ = 0;
+  std::mutex compute_mu_;  // the stage and the optimizer are not re-entrant
+  std::mutex queue_mu_;
+  std::deque<PendingForward*> queue_;
+  std::atomic<int64_t> in_service_{0};
 
   mutable std::mutex stats_mu_;
   PeerStats stats_;
