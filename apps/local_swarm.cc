@@ -276,6 +276,14 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
     trainers.push_back(std::make_unique<SwarmTrainer>(config, std::move(routers), &registry));
   }
 
+  // Before the chaos thread starts: nothing may return early while it runs.
+  std::vector<BatchSampler> samplers;
+  for (int t = 0; t < o.trainers; ++t) {
+    SWARM_ASSIGN_OR_RETURN(BatchSampler sampler,
+                           BatchSampler::create(&split.train, o.microbatch, seq, o.seed * 7919 + t));
+    samplers.push_back(std::move(sampler));
+  }
+
   // Chaos runs on its own thread against the training clock.
   std::atomic<bool> training_done{false};
   const auto training_started = Clock::now();
@@ -334,12 +342,6 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
   });
 
   LocalSwarmReport report;
-  std::vector<BatchSampler> samplers;
-  for (int t = 0; t < o.trainers; ++t) {
-    SWARM_ASSIGN_OR_RETURN(BatchSampler sampler,
-                           BatchSampler::create(&split.train, o.microbatch, seq, o.seed * 7919 + t));
-    samplers.push_back(std::move(sampler));
-  }
   std::vector<std::mutex> sampler_mu(o.trainers);
   int64_t tokens_done = 0;
   double window_start = elapsed();
