@@ -57,8 +57,8 @@ bool has(const std::vector<Record>& records, const std::string& subkey) {
 }
 
 // Re-reads until `done` holds or the deadline passes; returns the last read.
-// Each get is itself a network round trip bounded by get_timeout; the short
-// pause only keeps a failing get from spinning.
+// Each get is itself a network round trip bounded by get_timeout, so the loop
+// paces itself: it re-checks the condition until it holds or the deadline passes.
 std::vector<Record> get_until(DhtRegistry& node, const std::string& key,
                               const std::function<bool(const std::vector<Record>&)>& done,
                               std::chrono::seconds within = 10s) {
@@ -71,7 +71,6 @@ std::vector<Record> get_until(DhtRegistry& node, const std::string& key,
       if (done(last)) return last;
     }
     if (std::chrono::steady_clock::now() >= deadline) return last;
-    std::this_thread::sleep_for(20ms);
   }
 }
 
