@@ -2,20 +2,13 @@
 
 #include <cmath>
 
+#include "swarm/core/random.h"
+
 namespace swarm::gpt {
 namespace {
 
-uint64_t splitmix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // Uniform in (0, 1]: never zero, so log() below is finite.
-double uniform_open(uint64_t* state) {
-  return (static_cast<double>(splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
-}
+double uniform_open(SplitMix64& rng) { return rng.next_unit() + 0x1.0p-53; }
 
 }  // namespace
 
@@ -38,11 +31,11 @@ Tensor make_initialized(std::string_view name, const Shape& shape, InitKind kind
     for (int64_t i = 0; i < n; ++i) data[i] = fill;
     return tensor;
   }
-  uint64_t state = seed ^ name_hash(name);
+  SplitMix64 rng(seed ^ name_hash(name));
   constexpr double kTwoPi = 6.283185307179586;
   for (int64_t i = 0; i < n; i += 2) {
-    const double radius = std::sqrt(-2.0 * std::log(uniform_open(&state)));
-    const double angle = kTwoPi * uniform_open(&state);
+    const double radius = std::sqrt(-2.0 * std::log(uniform_open(rng)));
+    const double angle = kTwoPi * uniform_open(rng);
     data[i] = static_cast<float>(radius * std::cos(angle) * stddev);
     if (i + 1 < n) data[i + 1] = static_cast<float>(radius * std::sin(angle) * stddev);
   }

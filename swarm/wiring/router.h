@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "swarm/core/random.h"
+
 namespace swarm {
 
 using PeerId = std::string;
@@ -59,26 +61,7 @@ inline bool contains(const std::vector<PeerId>& ids, const PeerId& id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
 }
 
-// splitmix64: tiny, seedable, and identical on every platform, unlike std distributions.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-
-  // Uniform in [0, n) by multiply-high; the bias is at most n / 2^64.
-  uint64_t below(uint64_t n) {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
-  }
-
- private:
-  uint64_t state_;
-};
+using swarm::SplitMix64;
 
 // Which peers an error has banned, and the record expiry each was banned under.
 // A peer comes back only when it re-announces with a later expiry: a fresh record

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "swarm/core/random.h"
 #include "swarm/core/status.h"
 
 namespace swarm::netem {
@@ -22,25 +23,7 @@ namespace swarm::netem {
 using Clock = std::chrono::steady_clock;
 using Duration = Clock::duration;
 
-// splitmix64: tiny, seedable from any value (zero included) and identical on
-// every platform, unlike std distributions, so a seed replays the same run.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-
-  // Uniform in [0, 1), from the top 53 bits so every double step is reachable.
-  double next_unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-
- private:
-  uint64_t state_;
-};
+using swarm::SplitMix64;
 
 // One direction of a link, in the terms netem and tc use.
 struct LinkSpec {
