@@ -195,23 +195,29 @@ class Trainer {
   }
 
   void refresh(StageState& stage, int index, bool force) {
-    std::lock_guard lock(stage.mu);
-    const double t = now();
-    if (!force && t - stage.last_refresh < config_.refresh_period_seconds) return;
-    stage.last_refresh = t;
+    {
+      std::lock_guard lock(stage.mu);
+      const double t = now();
+      if (!force && t - stage.last_refresh < config_.refresh_period_seconds) return;
+      stage.last_refresh = t;  // claimed: other threads keep routing meanwhile
+    }
+    // A registry lookup is a network round trip: never hold the router's lock across it.
     auto records = registry_->get(stage_registry_key(index));
     if (!records.is_ok()) {
       log_warn("trainer: reading stage {} peers: {}", index, records.status().to_string());
       return;
     }
     std::vector<PeerAnnouncement> peers;
+    std::vector<std::pair<std::string, std::string>> addresses;
     for (const auto& record : *records) {
       auto announcement = PeerAnnouncementRecord::from_json(record.value);
       if (!announcement.is_ok()) continue;
-      stage.addresses[announcement->peer_id] = announcement->address;
+      addresses.emplace_back(announcement->peer_id, announcement->address);
       peers.push_back({announcement->peer_id, record.expires_at, announcement->queue_length});
     }
-    stage.router.set_peers(peers, t);
+    std::lock_guard lock(stage.mu);
+    for (auto& [id, address] : addresses) stage.addresses[id] = address;
+    stage.router.set_peers(peers, now());
   }
 
   std::shared_ptr<typename T::client_type> client_for(const std::string& address) {
