@@ -118,23 +118,25 @@ Status sync_to_disk(const std::string& path, int open_flags) {
   return Status::ok();
 }
 
-Status write_file(const std::string& path, const Checkpoint& checkpoint) {
+// The whole file format, to any stream: a file on disk, or the bytes a joining peer downloads.
+void write_checkpoint(std::ostream& out, const Checkpoint& checkpoint) {
   const std::string header = encode_header(checkpoint, content_hash(checkpoint.tensors));
   const uint64_t header_checksum = XXH3_64bits(header.data(), header.size());
+  cereal::BinaryOutputArchive archive(out);
+  archive(cereal::binary_data(kCheckpointMagic, sizeof(kCheckpointMagic)));
+  archive(kCheckpointVersion);
+  archive(static_cast<uint64_t>(header.size()));
+  archive(cereal::binary_data(header.data(), header.size()));
+  archive(header_checksum);
+  for (const NamedTensor& named : checkpoint.tensors) {
+    archive(cereal::binary_data(named.tensor.raw_data(), named.tensor.size_bytes()));
+  }
+}
 
+Status write_file(const std::string& path, const Checkpoint& checkpoint) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return error_from_errno(path, "creating", errno);
-  {
-    cereal::BinaryOutputArchive archive(out);
-    archive(cereal::binary_data(kCheckpointMagic, sizeof(kCheckpointMagic)));
-    archive(kCheckpointVersion);
-    archive(static_cast<uint64_t>(header.size()));
-    archive(cereal::binary_data(header.data(), header.size()));
-    archive(header_checksum);
-    for (const NamedTensor& named : checkpoint.tensors) {
-      archive(cereal::binary_data(named.tensor.raw_data(), named.tensor.size_bytes()));
-    }
-  }
+  write_checkpoint(out, checkpoint);
   out.flush();
   // Cereal notices short writes only at the stream buffer; the final flush
   // is where a full disk shows up.
@@ -260,9 +262,8 @@ Result<ParsedHeader> parse_header(const std::string& header, const std::string& 
   return parsed;
 }
 
-Result<Checkpoint> read_file(const std::string& path, int64_t file_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return error_from_errno(path, "opening", errno);
+// `path` only names the source in errors.
+Result<Checkpoint> read_checkpoint(std::istream& in, int64_t file_bytes, const std::string& path) {
   BoundedReader reader(in, file_bytes, path);
 
   char magic[sizeof(kCheckpointMagic)] = {};
@@ -320,15 +321,38 @@ Result<Checkpoint> read_file(const std::string& path, int64_t file_bytes) {
   return checkpoint;
 }
 
+Result<Checkpoint> read_file(const std::string& path, int64_t file_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return error_from_errno(path, "opening", errno);
+  return read_checkpoint(in, file_bytes, path);
+}
+
 }  // namespace
 
-uint64_t content_hash(std::span<const NamedTensor> tensors) {
+Result<std::string> encode_checkpoint(const Checkpoint& checkpoint) {
+  SWARM_RETURN_IF_ERROR(check_saveable(checkpoint));
+  std::ostringstream out(std::ios::binary);
+  write_checkpoint(out, checkpoint);
+  return std::move(out).str();
+}
+
+Result<Checkpoint> decode_checkpoint(std::string_view bytes, const std::string& what) {
+  std::istringstream in(std::string(bytes), std::ios::binary);
+  try {
+    return read_checkpoint(in, static_cast<int64_t>(bytes.size()), what);
+  } catch (const std::exception& exception) {
+    return data_loss("{}: {}", what, exception.what());
+  }
+}
+
+uint64_t content_hash(std::span<const NamedTensorView> tensors) {
   Xxh3Hasher hasher;
   hasher.add_value(static_cast<uint64_t>(tensors.size()));
-  for (const NamedTensor& named : tensors) {
-    const Tensor& tensor = named.tensor;
-    SWARM_CHECK(tensor.defined() && tensor.device() == Device::cpu,
-                "content_hash of tensor '{}' that is undefined or not on the CPU", named.name);
+  for (const NamedTensorView& named : tensors) {
+    const TensorView& tensor = named.view;
+    SWARM_CHECK(tensor.raw_data() != nullptr || tensor.size_bytes() == 0,
+                "content_hash of tensor '{}' without data", named.name);
+    SWARM_CHECK(tensor.device() == Device::cpu, "content_hash of tensor '{}' that is not on the CPU", named.name);
     // Lengths and ranks go in too, so that ("ab", "c") and ("a", "bc") differ.
     hasher.add_value(static_cast<uint64_t>(named.name.size()));
     hasher.add_bytes(named.name.data(), named.name.size());
@@ -338,6 +362,16 @@ uint64_t content_hash(std::span<const NamedTensor> tensors) {
     hasher.add_bytes(tensor.raw_data(), tensor.size_bytes());
   }
   return hasher.digest();
+}
+
+uint64_t content_hash(std::span<const NamedTensor> tensors) {
+  std::vector<NamedTensorView> views;
+  views.reserve(tensors.size());
+  for (const NamedTensor& named : tensors) {
+    SWARM_CHECK(named.tensor.defined(), "content_hash of tensor '{}' that is undefined", named.name);
+    views.push_back({named.name, named.tensor.view()});
+  }
+  return content_hash(views);
 }
 
 Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {

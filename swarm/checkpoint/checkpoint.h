@@ -25,6 +25,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "swarm/core/status.h"
@@ -40,6 +41,12 @@ struct NamedTensor {
   Tensor tensor;  // a defined CPU tensor, any dtype
 };
 
+// A tensor someone else owns, such as a stage's parameter, hashed in place.
+struct NamedTensorView {
+  std::string name;
+  TensorView view;  // on the CPU
+};
+
 struct Checkpoint {
   int64_t step = 0;
   std::map<std::string, std::string> metadata;  // e.g. "model_config" as JSON text, "seed"
@@ -50,6 +57,8 @@ struct Checkpoint {
 // content gives an equal hash on every machine; any changed bit changes it.
 // Tensors must be defined and on the CPU (a failed SWARM_CHECK otherwise).
 uint64_t content_hash(std::span<const NamedTensor> tensors);
+// The same hash without copying: equal to the owning overload's for equal content.
+uint64_t content_hash(std::span<const NamedTensorView> tensors);
 
 // Writes `path + ".tmp"`, syncs it to disk and renames it over `path`, so a
 // crash leaves either the old checkpoint or the new one, never half of one.
@@ -63,5 +72,11 @@ Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
 // invalid_argument (not a checkpoint), unimplemented (another format version),
 // data_loss (truncated, corrupted or hash mismatch).
 Result<Checkpoint> load_checkpoint(const std::string& path);
+
+// The same format in memory, for state that travels between peers: the bytes
+// a file would hold, and their checked decoding (errors as load_checkpoint;
+// `what` names the source in them).
+Result<std::string> encode_checkpoint(const Checkpoint& checkpoint);
+Result<Checkpoint> decode_checkpoint(std::string_view bytes, const std::string& what);
 
 }  // namespace swarm

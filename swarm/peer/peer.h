@@ -4,13 +4,22 @@
 // Requests are validated before the stage sees them (validating_handler).
 // forward = [input] or [input, targets]; backward = [input, output gradient]
 // or [input, d(loss), targets], served by recomputing the forward, so any
-// peer of the stage can serve any backward. Until stage-wide averaging lands,
-// a peer takes a local optimizer step every `step_every_samples` samples.
+// peer of the stage can serve any backward.
+//
+// With global_batch_samples set, the peers of a stage train as one (DESIGN §5.3):
+// each publishes its progress, and when the stage has processed the global batch
+// they average their gradients (butterfly all-reduce, weighted by samples) and all
+// apply the same LAMB step, ending bit-identical (checked by parameter hash). A
+// peer that joins late, misses a round or diverges stops serving, downloads the
+// state of a stage-mate, and serves again. Without it (solo mode) a peer takes a
+// local AdamW step every `step_every_samples` samples.
 //
 //   swarm::Peer<GptStage<CpuBackend>, ZmqTransport, DhtRegistry> peer(config, std::move(stage), &registry);
 //   SWARM_RETURN_IF_ERROR(peer.start());
 //   ... peer.stop();
 #pragma once
+
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -27,7 +36,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "swarm/averaging/all_reduce.h"
+#include "swarm/averaging/progress.h"
+#include "swarm/averaging/state_transfer.h"
 #include "swarm/core/log.h"
+#include "swarm/optim/lr_schedule.h"
+#include "swarm/peer/stage_state.h"
 #include "swarm/optim/optimizer.h"
 #include "swarm/registry/registry.h"
 #include "swarm/stage/stage.h"
@@ -61,6 +75,27 @@ struct PeerConfig {
   // knob rather than the noise of a shared machine.
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
+
+  // Stage synchronization; 0 keeps the solo mode above.
+  int64_t global_batch_samples = 0;
+  double progress_period_seconds = 0.2;  // publish progress and re-read stage-mates'
+  double progress_stale_seconds = 5.0;   // a stage-mate silent this long is not counted
+  bool start_on_estimated_arrival = true;
+  double gather_timeout_seconds = 2.0;   // wait for stage-mates to join a round
+  AllReduceConfig all_reduce;
+  StateTransferConfig state_transfer;
+  int64_t total_steps = 0;  // for the lr decay; 0: constant after warm-up
+  // The stage-mate first in id order writes the stage's checkpoint here every so many global steps.
+  std::string checkpoint_path;
+  int64_t checkpoint_every_steps = 0;
+  std::string resume_from;  // a stage checkpoint to start from
+
+  // Fault-injection hooks for tests: die (stop answering, or SIGKILL the process
+  // with die_by_signal) after sending this many all-reduce parts in one round, or
+  // after serving this many state chunks. 0 disables.
+  int64_t test_die_after_allreduce_sends = 0;
+  int64_t test_die_after_state_chunks = 0;
+  bool test_die_by_signal = false;
 };
 
 // A peer's announcement in the registry: where it listens and how fast it is.
@@ -99,6 +134,15 @@ struct PeerStats {
   int64_t rejected = 0;
   int64_t forward_batches = 0;  // stage calls that served forward requests
   double throughput = 0;  // samples per second of compute, smoothed
+  // Stage synchronization.
+  int64_t global_step = 0;
+  uint64_t params_hash = 0;
+  int64_t rounds_completed = 0;
+  int64_t rounds_failed = 0;
+  int64_t lost_samples = 0;      // accumulated, then lost with a failed round
+  int64_t state_downloads = 0;
+  int64_t diverged = 0;          // rounds after which this replica's hash was not the stage's
+  bool serving = false;
 };
 
 template <Stage S, Transport T, Registry R>
@@ -106,7 +150,7 @@ class Peer {
  public:
   Peer(PeerConfig config, S stage, R* registry)
       : config_(std::move(config)), stage_(std::move(stage)), registry_(registry),
-        optimizer_(config_.optimizer),
+        optimizer_(config_.optimizer), lamb_(config_.optimizer),
         counters_(std::make_shared<wire::ValidationCounters>()) {}
 
   ~Peer() { stop(); }
@@ -116,12 +160,35 @@ class Peer {
     // Batching needs requests to wait side by side, so one worker per batch slot;
     // the stage itself is only ever entered under compute_mu_.
     options.worker_threads = std::max(1, config_.max_batch);
+    if (global_mode() && !config_.resume_from.empty()) {
+      SWARM_ASSIGN_OR_RETURN(Checkpoint resumed, load_checkpoint(config_.resume_from));
+      SWARM_RETURN_IF_ERROR(load_stage_checkpoint(stage_, lamb_, resumed).with_context(config_.resume_from));
+      global_step_ = resumed.step;
+      log_info("peer {} resumed stage {} at step {} from {}", config_.peer_id, config_.stage_index, resumed.step,
+               config_.resume_from);
+    }
+    params_hash_ = parameters_hash(stage_);
+    remember_hash();
+    if (config_.test_die_after_state_chunks > 0) {
+      donor_.after_chunk = [this](int64_t served) {
+        return served >= config_.test_die_after_state_chunks ? die_now("while serving state") : Status::ok();
+      };
+    }
     SWARM_ASSIGN_OR_RETURN(auto server, T::bind(config_.bind_address, options));
     server_.emplace(std::move(server));
     SWARM_RETURN_IF_ERROR(server_->serve(validating_handler(
         config_.limits, counters_,
         [this](const PeerIdentity& from, const wire::DecodedMessage& message) { return handle(message); })));
-    SWARM_RETURN_IF_ERROR(announce());
+    if (global_mode()) {
+      // A stage-mate already ahead means this replica must not serve its stale state.
+      SWARM_RETURN_IF_ERROR(publish_progress(false));
+      read_progress();
+      serving_ = !decide().behind;
+      sync_thread_ = std::thread([this] { sync_loop(); });
+    } else {
+      serving_ = true;
+    }
+    if (serving_) SWARM_RETURN_IF_ERROR(announce());
     announcer_ = std::thread([this] { announce_loop(); });
     log_info("peer {} serves stage {} at {}", config_.peer_id, config_.stage_index, address());
     return Status::ok();
@@ -136,8 +203,10 @@ class Peer {
     }
     cv_.notify_all();
     if (announcer_.joinable()) announcer_.join();
-    if (registry_ != nullptr && server_) {
+    if (sync_thread_.joinable()) sync_thread_.join();
+    if (registry_ != nullptr && server_ && !dead_) {
       (void)registry_->withdraw(stage_registry_key(config_.stage_index), config_.peer_id);
+      if (global_mode()) (void)registry_->withdraw(progress_registry_key(config_.stage_index), config_.peer_id);
     }
     if (server_) server_->stop();
   }
@@ -152,11 +221,16 @@ class Peer {
     std::lock_guard lock(stats_mu_);
     PeerStats out = stats_;
     out.rejected = static_cast<int64_t>(counters_->total());
+    out.serving = serving_ && !dead_;
     return out;
   }
 
+  // True once a test hook has "killed" this peer.
+  bool dead() const { return dead_; }
+
  private:
   Status announce() {
+    if (dead_ || !serving_) return Status::ok();
     PeerAnnouncementRecord record{config_.peer_id, address(), config_.stage_index, stats().throughput,
                                   std::max<int64_t>(0, in_service_.load() - 1)};
     return registry_->announce(stage_registry_key(config_.stage_index), config_.peer_id, record.to_json(),
@@ -168,7 +242,7 @@ class Peer {
     while (!stopping_) {
       cv_.wait_for(lock, std::chrono::duration<double>(config_.announce_period_seconds),
                    [&] { return stopping_; });
-      if (stopping_) break;
+      if (stopping_ || dead_) break;
       lock.unlock();
       Status status = announce();
       if (!status.is_ok()) log_warn("peer {}: announce failed: {}", config_.peer_id, status.to_string());
@@ -290,6 +364,27 @@ class Peer {
       return error(request, invalid_argument("this peer serves stage {}, not {}", config_.stage_index,
                                              request.header.stage));
     }
+    if (dead_) return error(request, unavailable("peer {} is dead (test hook)", config_.peer_id));
+    switch (request.header.kind) {
+      case wire::MessageKind::allreduce_part: {
+        Status delivered = inbox_.deliver(request);
+        return delivered.is_ok() ? reply(request, nullptr) : error(request, delivered);
+      }
+      case wire::MessageKind::state_chunk:
+        if (!serving_) return error(request, unavailable("peer {} is re-syncing its own state", config_.peer_id));
+        return donor_.handle(request, config_.stage_index, global_step_.load(), [this]() -> Result<Checkpoint> {
+          std::lock_guard compute(compute_mu_);
+          return stage_checkpoint(stage_, lamb_, global_step_.load());
+        });
+      case wire::MessageKind::forward:
+      case wire::MessageKind::backward:
+        if (!serving_) {
+          return error(request, unavailable("peer {} is re-syncing its state and does not serve yet", config_.peer_id));
+        }
+        break;
+      default:
+        break;
+    }
     const bool targets = stage_.takes_targets();
     const auto& tensors = request.tensors;
     Result<Tensor> result = Status(StatusCode::internal, "unhandled");
@@ -335,8 +430,14 @@ class Peer {
     if (!result.is_ok()) return error(request, result.status());
     if (is_backward) {
       std::lock_guard compute(compute_mu_);
-      maybe_step(batch);
+      if (global_mode()) {
+        accumulated_samples_ += batch;
+        ++accumulated_microbatches_;
+      } else {
+        maybe_step(batch);
+      }
     }
+    if (is_backward && global_mode()) cv_.notify_all();  // the sync loop re-checks the global batch
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const double emulated = config_.emulated_seconds_per_sample * batch * (is_backward ? 2.5 : 1.0);
     // Total time becomes (compute + emulated) * slowdown.
@@ -382,6 +483,290 @@ class Peer {
     ++stats_.optimizer_steps;
   }
 
+  bool global_mode() const { return config_.global_batch_samples > 0; }
+
+  GlobalBatchConfig batch_config() const {
+    return GlobalBatchConfig{config_.global_batch_samples, config_.progress_stale_seconds,
+                             config_.start_on_estimated_arrival};
+  }
+
+  void remember_hash() {  // under compute_mu_ or before serving
+    recent_hashes_.emplace_back(global_step_.load(), params_hash_);
+    while (recent_hashes_.size() > 16) recent_hashes_.pop_front();
+    std::lock_guard lock(stats_mu_);
+    stats_.global_step = global_step_.load();
+    stats_.params_hash = params_hash_;
+  }
+
+  ProgressRecord own_progress(bool averaging, int64_t samples_override = -1) {
+    ProgressRecord r;
+    r.peer_id = config_.peer_id;
+    r.address = address();
+    r.stage = config_.stage_index;
+    r.published_at = registry_->now();
+    r.averaging = averaging;
+    r.samples_per_second = samples_per_second_;
+    std::lock_guard compute(compute_mu_);
+    r.step = global_step_.load();
+    r.samples = samples_override >= 0 ? samples_override : accumulated_samples_;
+    r.params_hash = params_hash_;
+    r.recent_hashes.assign(recent_hashes_.begin(), recent_hashes_.end());
+    return r;
+  }
+
+  Status publish_progress(bool averaging, int64_t samples_override = -1) {
+    ProgressRecord record = own_progress(averaging, samples_override);
+    return registry_->announce(progress_registry_key(config_.stage_index), config_.peer_id, record.to_json(),
+                               registry_->now() + config_.announce_ttl_seconds);
+  }
+
+  // Stage-mates' records (never this peer's own: that one is always taken live).
+  void read_progress() {
+    auto records = registry_->get(progress_registry_key(config_.stage_index));
+    last_progress_read_ = registry_->now();
+    if (!records.is_ok()) return;
+    stage_progress_.clear();
+    for (const auto& record : *records) {
+      auto progress = ProgressRecord::from_json(record.value);
+      if (progress.is_ok() && progress->peer_id != config_.peer_id) stage_progress_.push_back(*progress);
+    }
+  }
+
+  GlobalBatchDecision decide() {
+    std::vector<ProgressRecord> all = stage_progress_;
+    all.push_back(own_progress(false));
+    return decide_global_batch(batch_config(), global_step_.load(), all, registry_->now());
+  }
+
+  void update_rate() {
+    const double now = registry_->now();
+    int64_t total;
+    {
+      std::lock_guard lock(stats_mu_);
+      total = stats_.samples;
+    }
+    if (rate_window_start_ < 0) {
+      rate_window_start_ = now;
+      rate_window_samples_ = total;
+      return;
+    }
+    const double elapsed = now - rate_window_start_;
+    if (elapsed < config_.progress_period_seconds) return;
+    const double rate = static_cast<double>(total - rate_window_samples_) / elapsed;
+    samples_per_second_ = samples_per_second_ == 0 ? rate : 0.7 * samples_per_second_ + 0.3 * rate;
+    rate_window_start_ = now;
+    rate_window_samples_ = total;
+  }
+
+  void sync_loop() {
+    double last_publish = -1e9;
+    while (true) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, std::chrono::duration<double>(config_.progress_period_seconds / 2),
+                     [&] { return stopping_; });
+        if (stopping_ || dead_) return;
+      }
+      update_rate();
+      const double now = registry_->now();
+      if (now - last_publish >= config_.progress_period_seconds) {
+        (void)publish_progress(false);
+        last_publish = now;
+      }
+      if (now - last_progress_read_ >= config_.progress_period_seconds) read_progress();
+      GlobalBatchDecision decision = decide();
+      if (decision.behind || !serving_) {
+        resync(decision.newest_step);
+      } else if (decision.ready) {
+        run_round();
+        last_publish = -1e9;
+      }
+    }
+  }
+
+  // Not serving until the state of a stage-mate at `target_step` (or later) is in place.
+  void resync(int64_t target_step) {
+    if (serving_.exchange(false)) {
+      (void)registry_->withdraw(stage_registry_key(config_.stage_index), config_.peer_id);
+      log_info("peer {}: at step {}, a stage-mate is at step {}: re-syncing", config_.peer_id, global_step_.load(),
+               target_step);
+    }
+    std::vector<ProgressRecord> donors;
+    const double now = registry_->now();
+    for (const auto& r : stage_progress_) {
+      if (r.step >= target_step && r.published_at >= now - config_.progress_stale_seconds && !r.address.empty()) {
+        donors.push_back(r);
+      }
+    }
+    if (donors.empty()) {
+      if (target_step <= global_step_.load()) {
+        // Nobody is ahead any more (the one who was died): this state is the stage's.
+        serving_ = true;
+        (void)announce();
+      }
+      return;
+    }
+    std::sort(donors.begin(), donors.end(), [](const ProgressRecord& a, const ProgressRecord& b) {
+      return a.step != b.step ? a.step > b.step : a.published_at > b.published_at;
+    });
+    std::vector<AllReduceMember> members;
+    for (const auto& d : donors) members.push_back({d.peer_id, d.address});
+    StateDownloadReport report;
+    auto state = download_state(clients_, config_.stage_index, members, config_.state_transfer, &report);
+    if (!state.is_ok()) {
+      log_warn("peer {}: state download failed: {}", config_.peer_id, state.status().to_string());
+      read_progress();
+      return;
+    }
+    {
+      std::lock_guard compute(compute_mu_);
+      Status loaded = load_stage_checkpoint(stage_, lamb_, *state);
+      if (!loaded.is_ok()) {
+        log_warn("peer {}: downloaded state does not fit: {}", config_.peer_id, loaded.to_string());
+        return;
+      }
+      global_step_ = state->step;
+      params_hash_ = parameters_hash(stage_);
+      (void)stage_.zero_grad();
+      if constexpr (requires { stage_.drop_cached_activations(); }) stage_.drop_cached_activations();
+      accumulated_samples_ = 0;
+      accumulated_microbatches_ = 0;
+      remember_hash();
+    }
+    // The donor's published hash for that step must match what arrived.
+    for (const auto& d : donors) {
+      for (const auto& [step, hash] : d.recent_hashes) {
+        if (step == state->step && hash != params_hash_) {
+          log_warn("peer {}: state from {} hashes to {:016x}, {} announced {:016x}", config_.peer_id,
+                   report.donors_used.back(), params_hash_, d.peer_id, hash);
+          return;
+        }
+      }
+    }
+    inbox_.finish_step(state->step - 1);
+    {
+      std::lock_guard lock(stats_mu_);
+      ++stats_.state_downloads;
+    }
+    log_info("peer {}: downloaded {} bytes of step {} from {} (resumed at {}), hash {:016x}; serving", config_.peer_id,
+             report.bytes, state->step, fmt::join(report.donors_used, ","), report.resumed_at, params_hash_);
+    (void)publish_progress(false);
+    serving_ = true;
+    (void)announce();
+  }
+
+  Status die_now(std::string_view where) {
+    log_warn("peer {}: test hook: dying {}", config_.peer_id, where);
+    if (config_.test_die_by_signal) ::raise(SIGKILL);
+    dead_ = true;
+    cv_.notify_all();
+    return cancelled("peer {} died (test hook) {}", config_.peer_id, where);
+  }
+
+  void run_round() {
+    const int64_t step = global_step_.load();
+    std::vector<float> local_mean;
+    int64_t weight = 0;
+    uint64_t hash_before = 0;
+    {
+      std::lock_guard compute(compute_mu_);
+      weight = accumulated_samples_;
+      local_mean = flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_));
+      (void)stage_.zero_grad();
+      accumulated_samples_ = 0;
+      accumulated_microbatches_ = 0;
+      hash_before = params_hash_;
+    }
+    // Join, and wait for the stage-mates that are at this step to join too.
+    (void)publish_progress(true, weight);
+    const auto gather_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double>(config_.gather_timeout_seconds));
+    while (true) {
+      read_progress();
+      if (everyone_joined(stage_progress_, step, registry_->now(), config_.progress_stale_seconds) ||
+          Clock::now() >= gather_until) {
+        break;
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stopping_; });
+      if (stopping_) return;
+    }
+    AllReduceRound round;
+    round.stage = config_.stage_index;
+    round.step = step;
+    round.my_id = config_.peer_id;
+    round.weight = static_cast<double>(weight);
+    round.params_hash = hash_before;
+    round.members.push_back({config_.peer_id, address()});
+    for (const auto& r : round_members(stage_progress_, step, registry_->now(), config_.progress_stale_seconds)) {
+      round.members.push_back({r.peer_id, r.address});
+    }
+    AllReduceHooks hooks;
+    if (config_.test_die_after_allreduce_sends > 0) {
+      hooks.after_send = [this](int64_t sent) {
+        return sent >= config_.test_die_after_allreduce_sends ? die_now("in the middle of an all-reduce")
+                                                              : Status::ok();
+      };
+    }
+    auto result = butterfly_all_reduce(clients_, inbox_, round, local_mean, config_.all_reduce, hooks);
+    if (dead_) {
+      if (server_) server_->stop();  // unreachable from now on, like a killed process
+      return;
+    }
+    if (!result.is_ok()) {
+      log_warn("peer {}: round of step {} failed: {}", config_.peer_id, step, result.status().to_string());
+      std::lock_guard lock(stats_mu_);
+      ++stats_.rounds_failed;
+      stats_.lost_samples += weight;
+      return;  // the stage-mates that finished are ahead now: the loop re-syncs
+    }
+    const uint64_t consensus = consensus_hash(result->params_hashes);
+    bool leader = result->members.front().peer_id == config_.peer_id;
+    {
+      std::lock_guard compute(compute_mu_);
+      std::vector<optim::ParamRef> refs;
+      size_t offset = 0;
+      for (auto& view : stage_.parameter_views()) {
+        TensorView grad(result->averaged.data() + offset, DType::f32, view.value.shape(), Device::cpu);
+        offset += static_cast<size_t>(view.value.numel());
+        refs.push_back({view.name, view.value, grad, view.apply_weight_decay});
+      }
+      optim::LrSchedule schedule{.peak_lr = config_.learning_rate, .warmup_steps = config_.warmup_steps,
+                                 .total_steps = config_.total_steps};
+      Status stepped = lamb_.step(refs, schedule.lr_at(step + 1));
+      if (!stepped.is_ok()) log_warn("peer {}: step {} skipped: {}", config_.peer_id, step + 1, stepped.to_string());
+      if constexpr (requires { stage_.drop_cached_activations(); }) stage_.drop_cached_activations();
+      global_step_ = step + 1;
+      params_hash_ = parameters_hash(stage_);
+      remember_hash();
+    }
+    inbox_.finish_step(step);
+    {
+      std::lock_guard lock(stats_mu_);
+      ++stats_.rounds_completed;
+      ++stats_.optimizer_steps;
+      if (hash_before != consensus) ++stats_.diverged;
+    }
+    if (hash_before != consensus) {
+      // Stepped from different parameters than the stage: this replica is wrong.
+      log_warn("peer {}: parameters at step {} hashed {:016x}, the stage's {:016x}: re-syncing", config_.peer_id, step,
+               hash_before, consensus);
+      serving_ = false;
+      (void)registry_->withdraw(stage_registry_key(config_.stage_index), config_.peer_id);
+      leader = false;
+    }
+    (void)publish_progress(false);
+    if (leader && !config_.checkpoint_path.empty() && config_.checkpoint_every_steps > 0 &&
+        (step + 1) % config_.checkpoint_every_steps == 0) {
+      Result<Checkpoint> state = [&] {
+        std::lock_guard compute(compute_mu_);
+        return stage_checkpoint(stage_, lamb_, global_step_.load());
+      }();
+      Status saved = state.is_ok() ? save_checkpoint(config_.checkpoint_path, *state) : state.status();
+      if (!saved.is_ok()) log_warn("peer {}: checkpoint failed: {}", config_.peer_id, saved.to_string());
+    }
+  }
+
   void record(bool backward, int64_t batch, double seconds) {
     std::lock_guard lock(stats_mu_);
     (backward ? stats_.backward : stats_.forward) += 1;
@@ -396,7 +781,25 @@ class Peer {
   PeerConfig config_;
   S stage_;
   R* registry_;
-  optim::AdamW optimizer_;
+  optim::AdamW optimizer_;  // solo mode
+  optim::Lamb lamb_;        // global steps
+  std::atomic<int64_t> global_step_{0};
+  uint64_t params_hash_ = 0;                        // under compute_mu_
+  std::deque<std::pair<int64_t, uint64_t>> recent_hashes_;  // under compute_mu_
+  int64_t accumulated_samples_ = 0;                 // under compute_mu_, toward global_step_ + 1
+  int64_t accumulated_microbatches_ = 0;
+  std::atomic<bool> serving_{false};
+  std::atomic<bool> dead_{false};
+  AllReduceInbox inbox_;
+  StateDonor donor_;
+  ClientCache<T> clients_;
+  std::vector<ProgressRecord> stage_progress_;      // sync thread only
+  double last_progress_read_ = -1e9;
+  double rate_window_start_ = -1;
+  int64_t rate_window_samples_ = 0;
+  int64_t samples_since_rate_ = 0;
+  double samples_per_second_ = 0;
+  std::thread sync_thread_;
   std::shared_ptr<wire::ValidationCounters> counters_;
   std::optional<typename T::server_type> server_;
   int64_t samples_since_step_ = 0;

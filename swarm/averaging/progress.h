@@ -1,0 +1,82 @@
+// progress: when has a stage's swarm of peers processed its global batch?
+//
+// Each peer of a stage publishes a ProgressRecord under progress_registry_key(stage):
+// the global step its parameters are at, the samples it has accumulated toward the
+// next one and how fast it accumulates them. The tracker is a pure function of those
+// records and the time (DESIGN §5.3): no clock, no I/O, so it is tested with a fake
+// clock and every peer that sees the same records decides the same.
+//
+//   swarm::GlobalBatchConfig batch{.target_samples = 64};
+//   auto decision = swarm::decide_global_batch(batch, /*my_step=*/3, records, registry.now());
+//   if (decision.behind) download_state();
+//   else if (decision.ready) run_all_reduce();
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "swarm/core/status.h"
+
+namespace swarm {
+
+inline std::string progress_registry_key(int stage) { return "swarm/progress/" + std::to_string(stage); }
+
+struct ProgressRecord {
+  std::string peer_id;
+  std::string address;  // where its averaging and state requests go
+  int stage = 0;
+  int64_t step = 0;     // global steps applied to its parameters
+  int64_t samples = 0;  // accumulated toward step + 1
+  double samples_per_second = 0;
+  double published_at = 0;  // on the registry's clock
+  bool averaging = false;   // it has joined the round that ends `step`
+  uint64_t params_hash = 0; // content hash of its parameters at `step`
+  // Recent (step, params hash) pairs, newest last, so an observer that polls
+  // less often than peers step still sees every step's hash.
+  std::vector<std::pair<int64_t, uint64_t>> recent_hashes;
+
+  std::string to_json() const;
+  static Result<ProgressRecord> from_json(const std::string& text);
+};
+
+struct GlobalBatchConfig {
+  int64_t target_samples = 64;
+  // Records older than this are from peers that died or stalled: not counted.
+  double stale_after_seconds = 5.0;
+  // Also start when the extrapolated total (samples + rate x age) reaches the
+  // target, so a stage does not wait a whole publish period for the last
+  // records. Off where steps must close on exact sample counts (equivalence tests).
+  bool use_estimated_arrival = true;
+
+  Status validate() const;
+};
+
+struct GlobalBatchDecision {
+  bool ready = false;    // the round that ends my step should start
+  bool behind = false;   // a fresh stage-mate is at a later step: re-sync first
+  int64_t newest_step = 0;
+  int64_t reported_samples = 0;  // published by fresh peers at my step
+  double expected_samples = 0;   // extrapolated to `now`
+  double estimated_arrival = std::numeric_limits<double>::infinity();  // when the target is reached
+  int peers_counted = 0;
+};
+
+GlobalBatchDecision decide_global_batch(const GlobalBatchConfig& config, int64_t my_step,
+                                        const std::vector<ProgressRecord>& records, double now);
+
+// The peers at `step` that have joined its round, fresh ones only, ordered by id.
+std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& records, int64_t step, double now,
+                                          double stale_after_seconds);
+
+// True when every fresh peer at `step` has joined the round: the group is complete.
+bool everyone_joined(const std::vector<ProgressRecord>& records, int64_t step, double now,
+                     double stale_after_seconds);
+
+// The parameter hash most replicas hold; ties go to the hash of the lowest peer id,
+// so every peer that sees the same hashes elects the same one. 0 for no hashes.
+uint64_t consensus_hash(const std::vector<std::pair<std::string, uint64_t>>& hashes_by_peer);
+
+}  // namespace swarm

@@ -1,0 +1,111 @@
+// The global-batch tracker is pure: these drive it with records and a fake clock.
+#include <doctest/doctest.h>
+
+#include "swarm/averaging/progress.h"
+
+namespace swarm {
+namespace {
+
+ProgressRecord at(std::string id, int64_t step, int64_t samples, double rate, double published) {
+  ProgressRecord r;
+  r.peer_id = std::move(id);
+  r.address = "inproc://" + r.peer_id;
+  r.step = step;
+  r.samples = samples;
+  r.samples_per_second = rate;
+  r.published_at = published;
+  return r;
+}
+
+TEST_CASE("ready when the samples published at this step reach the target") {
+  GlobalBatchConfig config{.target_samples = 64, .stale_after_seconds = 5, .use_estimated_arrival = false};
+  std::vector<ProgressRecord> records{at("a", 3, 30, 10, 100), at("b", 3, 20, 10, 100)};
+  auto d = decide_global_batch(config, 3, records, 100.5);
+  CHECK_FALSE(d.ready);
+  CHECK(d.reported_samples == 50);
+  CHECK(d.peers_counted == 2);
+  records[1].samples = 34;
+  CHECK(decide_global_batch(config, 3, records, 100.5).ready);
+}
+
+TEST_CASE("the estimated arrival starts the round before the last records arrive") {
+  GlobalBatchConfig config{.target_samples = 64};
+  std::vector<ProgressRecord> records{at("a", 0, 24, 10, 10), at("b", 0, 24, 10, 10)};
+  auto now = decide_global_batch(config, 0, records, 10.0);
+  CHECK_FALSE(now.ready);
+  CHECK(now.estimated_arrival == doctest::Approx(10.8));  // 16 more samples at 20/s
+  CHECK_FALSE(decide_global_batch(config, 0, records, 10.7).ready);
+  CHECK(decide_global_batch(config, 0, records, 10.9).ready);
+  config.use_estimated_arrival = false;
+  CHECK_FALSE(decide_global_batch(config, 0, records, 10.9).ready);
+}
+
+TEST_CASE("stale records and records of other steps are not counted") {
+  GlobalBatchConfig config{.target_samples = 10, .stale_after_seconds = 5};
+  std::vector<ProgressRecord> records{at("dead", 2, 100, 50, 0), at("old", 1, 100, 0, 19), at("me", 2, 4, 0, 19)};
+  auto d = decide_global_batch(config, 2, records, 20);
+  CHECK(d.reported_samples == 4);
+  CHECK(d.peers_counted == 1);
+  CHECK_FALSE(d.ready);
+  CHECK_FALSE(d.behind);
+}
+
+TEST_CASE("a fresh stage-mate at a later step means this peer is behind, and not ready") {
+  GlobalBatchConfig config{.target_samples = 10};
+  std::vector<ProgressRecord> records{at("ahead", 5, 0, 0, 9), at("me", 4, 50, 0, 9)};
+  auto d = decide_global_batch(config, 4, records, 10);
+  CHECK(d.behind);
+  CHECK(d.newest_step == 5);
+  CHECK_FALSE(d.ready);
+  records[0].published_at = 1;  // once stale, it no longer counts
+  CHECK_FALSE(decide_global_batch(config, 4, records, 10).behind);
+}
+
+TEST_CASE("round members are the fresh joiners at the step, by id; the group is complete when all joined") {
+  auto a = at("b", 1, 5, 0, 10);
+  a.averaging = true;
+  auto b = at("a", 1, 5, 0, 10);
+  auto c = at("c", 0, 5, 0, 10);  // another step: not this round's business
+  std::vector<ProgressRecord> records{a, b, c};
+  CHECK_FALSE(everyone_joined(records, 1, 10, 5));
+  records[1].averaging = true;
+  CHECK(everyone_joined(records, 1, 10, 5));
+  auto members = round_members(records, 1, 10, 5);
+  REQUIRE(members.size() == 2);
+  CHECK(members[0].peer_id == "a");
+  CHECK(members[1].peer_id == "b");
+  CHECK(round_members(records, 1, 100, 5).empty());  // all stale by then
+}
+
+TEST_CASE("consensus_hash takes the majority, and breaks ties by the lowest peer id") {
+  CHECK(consensus_hash({{"a", 1}, {"b", 2}, {"c", 2}}) == 2);
+  CHECK(consensus_hash({{"b", 7}, {"a", 9}}) == 9);
+  CHECK(consensus_hash({}) == 0);
+}
+
+TEST_CASE("progress records round-trip through JSON, 64-bit hashes intact, and bad ones are refused") {
+  auto r = at("p", 12, 34, 5.5, 77.25);
+  r.averaging = true;
+  r.params_hash = 0xfedcba9876543210ull;
+  r.recent_hashes = {{11, 0xffffffffffffffffull}, {12, 0xfedcba9876543210ull}};
+  auto back = ProgressRecord::from_json(r.to_json());
+  REQUIRE(back.is_ok());
+  CHECK(back->peer_id == "p");
+  CHECK(back->step == 12);
+  CHECK(back->samples == 34);
+  CHECK(back->averaging);
+  CHECK(back->params_hash == r.params_hash);
+  CHECK(back->recent_hashes == r.recent_hashes);
+  CHECK_FALSE(ProgressRecord::from_json("{}").is_ok());
+  CHECK_FALSE(ProgressRecord::from_json("not json").is_ok());
+  CHECK_FALSE(ProgressRecord::from_json(R"({"peer":"x","step":-1,"time":0})").is_ok());
+  CHECK_FALSE(ProgressRecord::from_json(R"({"peer":"x","step":1,"time":0,"hash":"zz"})").is_ok());
+}
+
+TEST_CASE("a global batch below one sample is refused") {
+  CHECK_FALSE(GlobalBatchConfig{.target_samples = 0}.validate().is_ok());
+  CHECK(GlobalBatchConfig{.target_samples = 1}.validate().is_ok());
+}
+
+}  // namespace
+}  // namespace swarm
