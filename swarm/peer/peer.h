@@ -142,6 +142,8 @@ struct PeerStats {
   int64_t lost_samples = 0;      // accumulated, then lost with a failed round
   int64_t state_downloads = 0;
   int64_t diverged = 0;          // rounds after which this replica's hash was not the stage's
+  int64_t last_download_donors = 0;      // donors the last state download used (2+: one failed)
+  int64_t last_download_resumed_at = -1; // byte offset a later donor continued from
   bool serving = false;
 };
 
@@ -606,8 +608,9 @@ class Peer {
       }
       return;
     }
+    // Freshest step first; then by id, so every joiner asks donors in the same order.
     std::sort(donors.begin(), donors.end(), [](const ProgressRecord& a, const ProgressRecord& b) {
-      return a.step != b.step ? a.step > b.step : a.published_at > b.published_at;
+      return a.step != b.step ? a.step > b.step : a.peer_id < b.peer_id;
     });
     std::vector<AllReduceMember> members;
     for (const auto& d : donors) members.push_back({d.peer_id, d.address});
@@ -647,6 +650,8 @@ class Peer {
     {
       std::lock_guard lock(stats_mu_);
       ++stats_.state_downloads;
+      stats_.last_download_donors = static_cast<int64_t>(report.donors_used.size());
+      stats_.last_download_resumed_at = report.resumed_at;
     }
     log_info("peer {}: downloaded {} bytes of step {} from {} (resumed at {}), hash {:016x}; serving", config_.peer_id,
              report.bytes, state->step, fmt::join(report.donors_used, ","), report.resumed_at, params_hash_);
