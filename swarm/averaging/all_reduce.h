@@ -225,6 +225,13 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
       return Status::ok();
     };
 
+    // Members of a later attempt may start it up to one whole attempt apart (one
+    // waited out a dead member that another saw fail at once), so later attempts
+    // wait that much longer before leaving a live member's numbers out.
+    const double wait_seconds =
+        config.part_timeout_seconds +
+        (result.attempts > 1 ? 2 * config.part_timeout_seconds + config.ping_timeout_seconds : 0.0);
+
     // Reduce-scatter.
     SWARM_RETURN_IF_ERROR(send_all(0, [&](ElementRange r) { return local_mean.subspan(r.begin, r.size()); }));
     const auto& mine = chunks[me];
@@ -232,7 +239,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
     // re-sends the same numbers, so a late copy from an earlier attempt is identical.
     auto cached = reduced_by_group.find(digest);
     if (cached == reduced_by_group.end()) {
-      inbox.wait_until(std::min(round_deadline, Clock::now() + seconds(config.part_timeout_seconds)), [&] {
+      inbox.wait_until(std::min(round_deadline, Clock::now() + seconds(wait_seconds)), [&] {
         for (int i = 0; i < n; ++i) {
           if (i == me || failed.count(i)) continue;
           for (size_t c = 0; c < mine.size(); ++c) {
@@ -271,9 +278,9 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
     SWARM_RETURN_IF_ERROR(send_all(1, [&](ElementRange r) {
       return std::span<const float>(reduced).subspan(r.begin - parts[me].begin, r.size());
     }));
-    inbox.wait_until(std::min(round_deadline, Clock::now() + seconds(config.part_timeout_seconds)), [&] {
+    inbox.wait_until(std::min(round_deadline, Clock::now() + seconds(wait_seconds)), [&] {
       for (int j = 0; j < n; ++j) {
-        if (j == me) continue;
+        if (j == me || failed.count(j)) continue;  // an owner we could not reach sends nothing
         for (size_t c = 0; c < chunks[j].size(); ++c) {
           if (inbox.find_locked({digest, 1, j, static_cast<int>(c), j}) == nullptr) return false;
         }

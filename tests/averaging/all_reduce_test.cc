@@ -173,6 +173,7 @@ TEST_CASE("a member that dies in the middle of the round is dropped; the others 
   CHECK(seconds < config.round_timeout_seconds);
   // Without k1, the mean of k0 and k2 (equal weights).
   for (int64_t k = 0; k < size; ++k) {
+    INFO("element " << k);
     CHECK(r0->averaged[k] == doctest::Approx(0.5 * (gradients[0][k] + gradients[2][k])).epsilon(1e-6));
   }
   MESSAGE("round without the dead member took " << seconds << " s, " << r0->attempts << " attempts");
