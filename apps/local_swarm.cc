@@ -18,6 +18,9 @@
 
 #include "apps/chaos.h"
 #include "apps/child_process.h"
+#include "swarm/averaging/averaging_messages.h"
+#include "swarm/averaging/progress.h"
+#include "swarm/checkpoint/checkpoint.h"
 #include "swarm/data/batch_sampler.h"
 #include "swarm/data/split.h"
 #include "swarm/data/token_dataset.h"
@@ -63,9 +66,31 @@ struct PeerProcess {
   bool stopped = false;
 };
 
+std::string stage_checkpoint_path(const std::string& run_dir, int stage) {
+  return (fs::path(run_dir) / "checkpoints" / fmt::format("stage-{}.ckpt", stage)).string();
+}
+
+int64_t global_batch_of(const LocalSwarmOptions& o) {
+  return o.global_batch >= 0 ? o.global_batch : int64_t{o.microbatch} * o.microbatches_per_step * o.trainers;
+}
+
+// The lr decays over the global steps the run will take: its samples over the global batch.
+int64_t expected_global_steps(const LocalSwarmOptions& o) {
+  const int64_t batch = std::max<int64_t>(1, global_batch_of(o));
+  return std::max<int64_t>(1, int64_t{o.steps} * o.microbatch * o.microbatches_per_step * o.trainers / batch);
+}
+
 std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const std::string& id, uint16_t port,
-                                   double slowdown) {
-  return {"peer",          "--slowdown",    fmt::format("{}", slowdown),
+                                   double slowdown, bool resume) {
+  std::vector<std::string> sync = {"--global-batch", std::to_string(global_batch_of(o)),
+                                   "--total-steps", std::to_string(expected_global_steps(o)),
+                                   "--checkpoint", stage_checkpoint_path(o.run_dir, stage),
+                                   "--checkpoint-every", std::to_string(o.checkpoint_every)};
+  if (resume) {
+    sync.push_back("--resume-from");
+    sync.push_back(stage_checkpoint_path(o.run_dir, stage));
+  }
+  std::vector<std::string> args = {"peer",          "--slowdown",    fmt::format("{}", slowdown),
           "--emulated-cost", fmt::format("{}", o.emulated_seconds_per_sample),          "--stage",       std::to_string(stage),
           "--stages",      std::to_string(o.stages),
           "--peer-id",     id,
@@ -82,7 +107,48 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
           "--step-every",  std::to_string(o.step_every_samples),
           "--max-batch",   std::to_string(o.max_batch),
           "--threads",     "1"};
+  args.insert(args.end(), sync.begin(), sync.end());
+  return args;
 }
+
+// Every (peer, step) parameter hash the stages' progress records show, once each.
+class ReplicaHashLog {
+ public:
+  void poll(DhtRegistry& registry, int stages, const std::function<void(nlohmann::json)>& write) {
+    for (int s = 0; s < stages; ++s) {
+      auto records = registry.get(progress_registry_key(s));
+      if (!records.is_ok()) continue;
+      for (const auto& record : *records) {
+        auto progress = ProgressRecord::from_json(record.value);
+        if (!progress.is_ok()) continue;
+        for (const auto& [step, hash] : progress->recent_hashes) {
+          if (!seen_.insert({progress->peer_id, step}).second) continue;
+          write({{"kind", "replica"}, {"peer", progress->peer_id}, {"stage", s}, {"step", step},
+                 {"hash", hex64(hash)}});
+          auto& stage_hashes = hashes_[{s, step}];
+          stage_hashes.insert(hash);
+          if (stage_hashes.size() > 1) mismatched_.insert({s, step});
+        }
+        if (progress->step > newest_[s]) newest_[s] = progress->step;
+      }
+    }
+  }
+  // Highest global step seen per stage.
+  std::vector<int64_t> newest(int stages) const {
+    std::vector<int64_t> out(stages, 0);
+    for (const auto& [s, step] : newest_) {
+      if (s < stages) out[s] = step;
+    }
+    return out;
+  }
+  size_t mismatched() const { return mismatched_.size(); }
+
+ private:
+  std::set<std::pair<std::string, int64_t>> seen_;
+  std::map<std::pair<int, int64_t>, std::set<uint64_t>> hashes_;
+  std::set<std::pair<int, int64_t>> mismatched_;
+  std::map<int, int64_t> newest_;
+};
 
 std::map<std::string, PeerAnnouncementRecord> read_peers(DhtRegistry& registry, int stages) {
   std::map<std::string, PeerAnnouncementRecord> peers;
@@ -116,7 +182,55 @@ Tensor window_batch(const std::vector<TokenWindow>& windows, size_t begin, size_
 
 }  // namespace
 
-Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineSink& print) {
+// `--resume DIR`: the run's own config.json and the step of its stage checkpoints.
+Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
+  const fs::path dir = o->resume;
+  std::ifstream in(dir / "config.json");
+  if (!in) return not_found("--resume {}: no config.json there (is it a swarm local run directory?)", dir.string());
+  auto config = nlohmann::json::parse(in, nullptr, false);
+  if (config.is_discarded() || !config.is_object()) return invalid_argument("{}/config.json is not JSON", dir.string());
+  try {
+    SWARM_ASSIGN_OR_RETURN(o->model, gpt::GptConfig::from_json(config.at("model").dump()));
+    o->stages = config.at("stages");
+    o->peers_per_stage = config.at("peers_per_stage");
+    o->trainers = config.at("trainers");
+    o->microbatch = config.at("microbatch");
+    o->microbatches_per_step = config.at("microbatches_per_step");
+    o->in_flight = config.at("in_flight");
+    o->seed = config.at("seed");
+    o->data_path = config.at("data");
+    o->learning_rate = config.at("learning_rate");
+    o->warmup_steps = config.at("warmup_steps");
+    o->global_batch = config.value("global_batch", int64_t{-1});
+    o->checkpoint_every = config.value("checkpoint_every", o->checkpoint_every);
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument("{}/config.json: {}", dir.string(), e.what());
+  }
+  o->run_dir = dir.string();
+  *start_step = -1;
+  for (int s = 0; s < o->stages; ++s) {
+    const std::string path = stage_checkpoint_path(o->run_dir, s);
+    auto checkpoint = load_checkpoint(path);
+    if (!checkpoint.is_ok()) {
+      return not_found("--resume {}: stage {} has no usable checkpoint ({}); runs write one every --checkpoint-every "
+                       "global steps",
+                       dir.string(), s, checkpoint.status().message());
+    }
+    *start_step = *start_step < 0 ? checkpoint->step : std::min(*start_step, checkpoint->step);
+  }
+  return Status::ok();
+}
+
+Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const LineSink& print) {
+  LocalSwarmOptions o = options;
+  int64_t start_step = 0;
+  if (!o.resume.empty()) {
+    if (!o.bootstrap.empty()) return invalid_argument("--resume restarts a swarm local run; it cannot join one");
+    SWARM_RETURN_IF_ERROR(restore_run(&o, &start_step));
+    if (start_step >= o.steps) {
+      return invalid_argument("{} is already at step {}; pass --steps beyond it to train on", o.run_dir, start_step);
+    }
+  }
   const auto started = Clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
   const bool spawn = o.bootstrap.empty();
@@ -142,8 +256,9 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
 
   std::error_code error;
   fs::create_directories(fs::path(o.run_dir) / "peers", error);
+  if (!error) fs::create_directories(fs::path(o.run_dir) / "checkpoints", error);
   if (error) return permission_denied("cannot create run directory {}: {}", o.run_dir, error.message());
-  {
+  if (o.resume.empty()) {
     nlohmann::json config = {
         {"model", nlohmann::json::parse(model.to_json())},
         {"stages", o.stages},
@@ -159,6 +274,9 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
         {"learning_rate", o.learning_rate},
         {"warmup_steps", o.warmup_steps},
         {"step_every_samples", o.step_every_samples},
+        {"global_batch", o.global_batch},
+        {"global_batch_samples", global_batch_of(o)},
+        {"checkpoint_every", o.checkpoint_every},
         {"transport", "zmq"},
         {"registry", "opendht"},
         {"router", "stochastic_wiring"},
@@ -201,7 +319,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
     double slowdown = 1.0;
     if (stage == slow_stage && slowed.insert(stage).second) slowdown = slow_factor;
     SWARM_ASSIGN_OR_RETURN(ChildProcess child,
-                           ChildProcess::spawn(peer_args(o, stage, id, bootstrap_node->port(), slowdown),
+                           ChildProcess::spawn(peer_args(o, stage, id, bootstrap_node->port(), slowdown, !o.resume.empty()),
                                                (fs::path(o.run_dir) / "peers" / (id + ".log")).string(),
                                                kPeerEnvironment));
     std::lock_guard lock(peers_mu);
@@ -280,7 +398,8 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
   std::vector<BatchSampler> samplers;
   for (int t = 0; t < o.trainers; ++t) {
     SWARM_ASSIGN_OR_RETURN(BatchSampler sampler,
-                           BatchSampler::create(&split.train, o.microbatch, seq, o.seed * 7919 + t));
+                           BatchSampler::create(&split.train, o.microbatch, seq,
+                                                o.seed * 7919 + t + static_cast<uint64_t>(start_step) * 104729));
     samplers.push_back(std::move(sampler));
   }
 
@@ -326,7 +445,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
         }
       } else {
         const std::string id = fmt::format("s{}p{}", action.stage, spawned++);
-        auto child = ChildProcess::spawn(peer_args(o, action.stage, id, bootstrap_node->port(), 1.0),
+        auto child = ChildProcess::spawn(peer_args(o, action.stage, id, bootstrap_node->port(), 1.0, false),
                                          (fs::path(o.run_dir) / "peers" / (id + ".log")).string(), kPeerEnvironment);
         if (child.is_ok()) {
           processes.push_back({id, action.stage, *child});
@@ -347,7 +466,14 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
   double window_start = elapsed();
   int64_t window_tokens = 0;
   auto last_peer_poll = Clock::now() - std::chrono::seconds(10);
-  for (int step = 1; step <= o.steps && !stop_requested(); ++step) {
+  ReplicaHashLog replicas;
+  auto write_metric = [&](nlohmann::json record) { metrics.write(std::move(record)); };
+  auto last_replica_poll = Clock::now() - std::chrono::seconds(10);
+  if (start_step > 0) {
+    metrics.write({{"kind", "event"}, {"event", "resumed"}, {"peer", ""}, {"step", start_step}});
+    print(fmt::format("resumed {} at global step {}", o.run_dir, start_step), false);
+  }
+  for (int step = static_cast<int>(start_step) + 1; step <= o.steps && !stop_requested(); ++step) {
     if (o.time_limit_seconds > 0 &&
         std::chrono::duration<double>(Clock::now() - training_started).count() > o.time_limit_seconds) {
       print(fmt::format("time limit of {:.0f} s reached after {} steps", o.time_limit_seconds, step - 1), false);
@@ -388,7 +514,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
     tokens_done += step_tokens;
     window_tokens += step_tokens;
     const double loss = loss_count > 0 ? loss_sum / loss_count : 0;
-    if (step == 1) report.first_loss = loss;
+    if (step == start_step + 1) report.first_loss = loss;
     report.last_loss = loss;
     const double now = elapsed();
     const double tokens_per_s = window_tokens / std::max(1e-9, now - window_start);
@@ -440,11 +566,15 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
       }
       known = current;
     }
+    if (Clock::now() - last_replica_poll > std::chrono::milliseconds(500) || step == o.steps) {
+      last_replica_poll = Clock::now();
+      replicas.poll(registry, o.stages, write_metric);
+    }
     auto counts = peers_per_stage(known, o.stages);
-    print(fmt::format("step {:4d}/{} | loss {:.4f} | {:6.0f} tok/s | peers/stage {} | retries {} | abandoned {} "
-                      "| {:.0f} s",
-                      step, o.steps, loss, tokens_per_s, fmt::join(counts, ","), totals.retries, totals.abandoned,
-                      now),
+    print(fmt::format("step {:4d}/{} | loss {:.4f} | {:6.0f} tok/s | peers/stage {} | global steps {} | retries {} "
+                      "| abandoned {} | {:.0f} s",
+                      step, o.steps, loss, tokens_per_s, fmt::join(counts, ","),
+                      fmt::join(replicas.newest(o.stages), ","), totals.retries, totals.abandoned, now),
           true);
     report.steps = step;
     report.microbatches_started = totals.started;
@@ -454,6 +584,9 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& o, const LineS
   }
   training_done = true;
   chaos_thread.join();
+  replicas.poll(registry, o.stages, write_metric);
+  report.replica_mismatches = static_cast<int64_t>(replicas.mismatched());
+  report.global_steps = replicas.newest(o.stages);
   const double train_seconds = std::chrono::duration<double>(Clock::now() - training_started).count();
   report.tokens_per_second = tokens_done / std::max(1e-9, train_seconds);
 

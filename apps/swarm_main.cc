@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
+#include <fmt/format.h>
 
 #include "apps/local_swarm.h"
 #include "apps/local_training.h"
@@ -79,6 +80,8 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
              "{:.0f} tokens/s\n",
              report->steps, report->seconds, report->first_loss, report->last_loss, report->validation_loss,
              report->tokens_per_second);
+  fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs\n",
+             fmt::join(report->global_steps, ","), report->replica_mismatches);
   fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | run directory: {}\n",
              report->microbatches_started, report->microbatches_completed, report->microbatches_abandoned,
              report->retries, options.run_dir);
@@ -174,9 +177,21 @@ int main(int argc, char** argv) {
       "local", "The main job: a whole swarm on this machine (OpenDHT registry, peer processes over ZeroMQ, trainers)");
   add_swarm_options(local_cmd, &local);
   local_cmd->add_option("--peers-per-stage", local.peers_per_stage, "Peer processes per stage")->capture_default_str();
-  local_cmd->add_option("--lr", local.learning_rate, "Peers' learning rate")->capture_default_str();
-  local_cmd->add_option("--step-every", local.step_every_samples, "Samples between a peer's optimizer steps")
+  local_cmd->add_option("--lr", local.learning_rate, "Peak learning rate of the stages' LAMB steps")
       ->capture_default_str();
+  local_cmd->add_option("--warmup", local.warmup_steps, "Global steps of lr warm-up")->capture_default_str();
+  local_cmd->add_option("--global-batch", local.global_batch,
+                        "Samples per global step: peers of a stage average gradients and step together "
+                        "(-1: microbatch x microbatches-per-step x trainers; 0: solo mode, no averaging)")
+      ->capture_default_str();
+  local_cmd->add_option("--step-every", local.step_every_samples,
+                        "Solo mode only (--global-batch 0): samples between a peer's local optimizer steps")
+      ->capture_default_str();
+  local_cmd->add_option("--checkpoint-every", local.checkpoint_every,
+                        "Global steps between stage checkpoints in RUN_DIR/checkpoints (0: none)")
+      ->capture_default_str();
+  local_cmd->add_option("--resume", local.resume,
+                        "Continue the run in this directory from its last checkpoints, up to --steps");
   local_cmd->add_option("--max-batch", local.max_batch, "Peers run up to this many concurrent forwards as one batch")
       ->capture_default_str();
   local_cmd->add_option("--emulated-cost", local.emulated_seconds_per_sample,
@@ -221,6 +236,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   peer_cmd->add_option("--threads", peer.threads, "CPU threads")->capture_default_str();
   peer_cmd->add_option("--secret", peer.secret, "Swarm-wide secret for CURVE encryption (empty: plaintext)");
+  peer_cmd->add_option("--global-batch", peer.global_batch_samples,
+                       "Samples per global step of the stage: peers average gradients and take one LAMB step "
+                       "together (0: solo mode, a local AdamW step every --step-every samples)")
+      ->capture_default_str();
+  peer_cmd->add_option("--total-steps", peer.total_steps, "Global steps of the lr decay (0: constant after warm-up)")
+      ->capture_default_str();
+  peer_cmd->add_option("--checkpoint", peer.checkpoint_path, "Stage checkpoint file (written by one replica)");
+  peer_cmd->add_option("--checkpoint-every", peer.checkpoint_every_steps, "Global steps between checkpoints")
+      ->capture_default_str();
+  peer_cmd->add_option("--resume-from", peer.resume_from, "Start from this stage checkpoint");
+  peer_cmd->add_option("--allreduce-part-timeout", peer.all_reduce_part_timeout_seconds,
+                       "Seconds to wait for each phase's parts of an all-reduce")
+      ->capture_default_str();
+  peer_cmd->add_option("--allreduce-round-timeout", peer.all_reduce_round_timeout_seconds,
+                       "Seconds an all-reduce round may take, all attempts together")
+      ->capture_default_str();
+  peer_cmd->add_option("--test-die-in-allreduce", peer.test_die_in_allreduce_after,
+                       "Test hook: SIGKILL this process after sending this many all-reduce parts");
+  peer_cmd->add_option("--test-die-after-state-chunks", peer.test_die_after_state_chunks,
+                       "Test hook: SIGKILL this process after serving this many state chunks");
 
   CLI11_PARSE(app, argc, argv);
   if (*local_cmd) return run_swarm(local, "local");

@@ -93,6 +93,19 @@ int run_peer(const PeerRoleOptions& options) {
   config.emulated_seconds_per_sample = options.emulated_seconds_per_sample;
   config.announce_period_seconds = options.announce_period_seconds;
   config.announce_ttl_seconds = options.announce_ttl_seconds;
+  config.global_batch_samples = options.global_batch_samples;
+  config.total_steps = options.total_steps;
+  config.checkpoint_path = options.checkpoint_path;
+  config.checkpoint_every_steps = options.checkpoint_every_steps;
+  config.resume_from = options.resume_from;
+  config.progress_stale_seconds = options.announce_ttl_seconds;
+  config.gather_timeout_seconds = 1.0;
+  config.all_reduce.part_timeout_seconds = options.all_reduce_part_timeout_seconds;
+  config.all_reduce.round_timeout_seconds = options.all_reduce_round_timeout_seconds;
+  config.all_reduce.ping_timeout_seconds = 0.5;
+  config.test_die_after_allreduce_sends = options.test_die_in_allreduce_after;
+  config.test_die_after_state_chunks = options.test_die_after_state_chunks;
+  config.test_die_by_signal = true;
   if (!options.secret.empty()) {
     auto security = zmq_transport::shared_secret_security(options.secret);
     if (!security.is_ok()) {
@@ -112,8 +125,9 @@ int run_peer(const PeerRoleOptions& options) {
   std::fflush(stdout);
   while (!wait_for_stop(5)) {
     PeerStats stats = peer.stats();
-    fmt::print("peer {}: {} forward, {} backward, {} steps, {:.1f} samples/s\n", config.peer_id, stats.forward,
-               stats.backward, stats.optimizer_steps, stats.throughput);
+    fmt::print("peer {}: {} forward, {} backward, {} steps, {:.1f} samples/s, global step {}, params {:016x}{}\n",
+               config.peer_id, stats.forward, stats.backward, stats.optimizer_steps, stats.throughput,
+               stats.global_step, stats.params_hash, stats.serving ? "" : " (re-syncing)");
     std::fflush(stdout);
   }
   peer.stop();

@@ -38,6 +38,18 @@ struct PeerRoleOptions {
   double announce_ttl_seconds = 4.0;
   int threads = 1;
   std::string secret;  // CURVE shared secret; empty = plaintext (loopback only)
+  // Stage synchronization (0: solo mode, a local step every step_every_samples).
+  int64_t global_batch_samples = 0;
+  int64_t total_steps = 0;            // lr decay horizon; 0: constant after warm-up
+  std::string checkpoint_path;        // the stage's checkpoint (written by one replica)
+  int64_t checkpoint_every_steps = 0;
+  std::string resume_from;
+  double all_reduce_part_timeout_seconds = 2.0;
+  double all_reduce_round_timeout_seconds = 20.0;
+  // Fault injection for tests: SIGKILL this process mid-all-reduce after this many
+  // parts sent, or after serving this many state chunks (0: never).
+  int64_t test_die_in_allreduce_after = 0;
+  int64_t test_die_after_state_chunks = 0;
 };
 
 int run_peer(const PeerRoleOptions& options);
