@@ -163,6 +163,20 @@ std::map<std::string, PeerAnnouncementRecord> read_peers(DhtRegistry& registry, 
   return peers;
 }
 
+// Per stage, the peers whose progress records show they see all their stage-mates.
+std::vector<int> peers_seeing_their_stage(DhtRegistry& registry, int stages, int peers_per_stage) {
+  std::vector<int> counts(stages, 0);
+  for (int s = 0; s < stages; ++s) {
+    auto records = registry.get(progress_registry_key(s));
+    if (!records.is_ok()) continue;
+    for (const auto& record : *records) {
+      auto progress = ProgressRecord::from_json(record.value);
+      if (progress.is_ok() && progress->stage_mates_seen >= peers_per_stage - 1) ++counts[s];
+    }
+  }
+  return counts;
+}
+
 std::vector<int> peers_per_stage(const std::map<std::string, PeerAnnouncementRecord>& peers, int stages) {
   std::vector<int> counts(stages, 0);
   for (const auto& [id, peer] : peers) {
@@ -350,7 +364,13 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
     known = read_peers(registry, o.stages);
     auto counts = peers_per_stage(known, o.stages);
     const int want = spawn ? o.peers_per_stage : 1;
-    if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c >= want; })) break;
+    // Stage-mates must see each other's progress before the first global step.
+    auto synced = peers_seeing_their_stage(registry, o.stages, want);
+    if (global_batch_of(o) == 0) synced = counts;
+    if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c >= want; }) &&
+        std::all_of(synced.begin(), synced.end(), [&](int c) { return c >= want; })) {
+      break;
+    }
     {
       // A peer that exits at start-up (a bad flag, a port in use) will never announce.
       std::lock_guard lock(peers_mu);

@@ -167,6 +167,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
   AllReduceResult result;
   uint64_t request_id = 1;
   std::map<uint64_t, std::vector<float>> reduced_by_group;
+  std::map<uint64_t, int> tries_by_group;
   std::map<std::string, uint64_t> contributor_hashes;
   for (;;) {
     ++result.attempts;
@@ -184,6 +185,12 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
       return result;
     }
     const uint64_t digest = group_digest(round.step, members);
+    // Everyone answers pings, yet the same group failed twice: its members disagree
+    // about who is in it (or one is in another round). Give up; the caller re-syncs.
+    if (++tries_by_group[digest] > 2) {
+      return unavailable("all-reduce of step {}: the group of {} stayed incomplete over {} attempts", round.step,
+                         members.size(), result.attempts - 1);
+    }
     const std::vector<ElementRange> parts = split_evenly(total, n);
     std::vector<std::vector<ElementRange>> chunks(n);
     for (int j = 0; j < n; ++j) chunks[j] = split_bounded(parts[j], config.max_chunk_elements);

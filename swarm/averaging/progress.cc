@@ -18,7 +18,8 @@ std::string ProgressRecord::to_json() const {
                         {"stage", stage},         {"step", step},
                         {"samples", samples},     {"samples_per_s", samples_per_second},
                         {"time", published_at},   {"averaging", averaging},
-                        {"hash", hex64(params_hash)}, {"hashes", hashes}}
+                        {"hash", hex64(params_hash)}, {"hashes", hashes},
+                        {"mates", stage_mates_seen}}
       .dump();
 }
 
@@ -36,6 +37,7 @@ Result<ProgressRecord> ProgressRecord::from_json(const std::string& text) {
     r.samples_per_second = j.value("samples_per_s", 0.0);
     r.published_at = j.at("time").get<double>();
     r.averaging = j.value("averaging", false);
+    r.stage_mates_seen = j.value("mates", 0);
     SWARM_ASSIGN_OR_RETURN(r.params_hash, parse_hex64(j.value("hash", "0")));
     if (j.contains("hashes")) {
       for (const auto& entry : j.at("hashes")) {
@@ -100,11 +102,15 @@ std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& rec
   return out;
 }
 
-bool everyone_joined(const std::vector<ProgressRecord>& records, int64_t step, double now,
-                     double stale_after_seconds) {
-  return std::all_of(records.begin(), records.end(), [&](const ProgressRecord& r) {
-    return r.step != step || r.averaging || !fresh(r, now, stale_after_seconds);
-  });
+GroupReadiness group_readiness(const std::vector<ProgressRecord>& records, int64_t step, double now,
+                               double stale_after_seconds) {
+  GroupReadiness out = GroupReadiness::complete;
+  for (const ProgressRecord& r : records) {
+    if (!fresh(r, now, stale_after_seconds)) continue;
+    if (r.step > step) return GroupReadiness::someone_ahead;
+    if (r.step < step || !r.averaging) out = GroupReadiness::waiting;
+  }
+  return out;
 }
 
 uint64_t consensus_hash(const std::vector<std::pair<std::string, uint64_t>>& hashes_by_peer) {

@@ -34,6 +34,7 @@ struct ProgressRecord {
   double published_at = 0;  // on the registry's clock
   bool averaging = false;   // it has joined the round that ends `step`
   uint64_t params_hash = 0; // content hash of its parameters at `step`
+  int stage_mates_seen = 0; // fresh stage-mates in its own view: a joining swarm waits until all see all
   // Recent (step, params hash) pairs, newest last, so an observer that polls
   // less often than peers step still sees every step's hash.
   std::vector<std::pair<int64_t, uint64_t>> recent_hashes;
@@ -71,9 +72,13 @@ GlobalBatchDecision decide_global_batch(const GlobalBatchConfig& config, int64_t
 std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& records, int64_t step, double now,
                                           double stale_after_seconds);
 
-// True when every fresh peer at `step` has joined the round: the group is complete.
-bool everyone_joined(const std::vector<ProgressRecord>& records, int64_t step, double now,
-                     double stale_after_seconds);
+// Can the round that ends `step` start? complete: every fresh stage-mate is at
+// `step` and has joined; waiting: some are at `step` but not joined yet, or still
+// finishing an earlier round (they will be at `step` soon); someone_ahead: a fresh
+// stage-mate is past `step`, so this round can no longer happen.
+enum class GroupReadiness { complete, waiting, someone_ahead };
+GroupReadiness group_readiness(const std::vector<ProgressRecord>& records, int64_t step, double now,
+                               double stale_after_seconds);
 
 // The parameter hash most replicas hold; ties go to the hash of the lowest peer id,
 // so every peer that sees the same hashes elects the same one. 0 for no hashes.

@@ -184,15 +184,23 @@ class Peer {
     if (global_mode()) {
       // A stage-mate already ahead means this replica must not serve its stale state.
       SWARM_RETURN_IF_ERROR(publish_progress(false));
-      read_progress();
-      serving_ = !decide().behind;
+      // Stage-mates find each other through these records, so make sure the DHT can
+      // answer with ours before taking part (a young DHT can lose early puts).
+      const auto visible_by = Clock::now() + std::chrono::seconds(5);
+      while (!progress_visible() && Clock::now() < visible_by) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        (void)publish_progress(false);
+      }
+      // Not serving until the sync loop has looked at the stage a few times: a
+      // joiner's young DHT node may not show the stage-mates it must sync from.
+      serving_ = false;
       sync_thread_ = std::thread([this] { sync_loop(); });
     } else {
       serving_ = true;
     }
     if (serving_) SWARM_RETURN_IF_ERROR(announce());
     announcer_ = std::thread([this] { announce_loop(); });
-    log_info("peer {} serves stage {} at {}", config_.peer_id, config_.stage_index, address());
+    log_info("peer {} {} stage {} at {}", config_.peer_id, serving_ ? "serves" : "syncs, then serves,", config_.stage_index, address());
     return Status::ok();
   }
 
@@ -513,6 +521,7 @@ class Peer {
     r.samples = samples_override >= 0 ? samples_override : accumulated_samples_;
     r.params_hash = params_hash_;
     r.recent_hashes.assign(recent_hashes_.begin(), recent_hashes_.end());
+    r.stage_mates_seen = static_cast<int>(stage_progress_.size());
     return r;
   }
 
@@ -522,15 +531,37 @@ class Peer {
                                registry_->now() + config_.announce_ttl_seconds);
   }
 
+  bool progress_visible() {
+    auto records = registry_->get(progress_registry_key(config_.stage_index));
+    if (!records.is_ok()) return false;
+    return std::any_of(records->begin(), records->end(),
+                       [&](const Record& r) { return r.subkey == config_.peer_id; });
+  }
+
   // Stage-mates' records (never this peer's own: that one is always taken live).
+  // Merged into what was known, newest record per peer, and forgotten only once
+  // stale: a DHT lookup that misses a record (a young DHT does) must not make a
+  // stage-mate vanish and this peer average alone.
   void read_progress() {
     auto records = registry_->get(progress_registry_key(config_.stage_index));
-    last_progress_read_ = registry_->now();
-    if (!records.is_ok()) return;
+    const double now = registry_->now();
+    last_progress_read_ = now;
+    std::map<std::string, ProgressRecord> merged;
+    for (auto& r : stage_progress_) merged[r.peer_id] = std::move(r);
+    if (records.is_ok()) {
+      ++progress_reads_;
+      for (const auto& record : *records) {
+        auto progress = ProgressRecord::from_json(record.value);
+        if (!progress.is_ok() || progress->peer_id == config_.peer_id) continue;
+        auto it = merged.find(progress->peer_id);
+        if (it == merged.end() || progress->published_at >= it->second.published_at) {
+          merged[progress->peer_id] = *progress;
+        }
+      }
+    }
     stage_progress_.clear();
-    for (const auto& record : *records) {
-      auto progress = ProgressRecord::from_json(record.value);
-      if (progress.is_ok() && progress->peer_id != config_.peer_id) stage_progress_.push_back(*progress);
+    for (auto& [id, r] : merged) {
+      if (r.published_at >= now - config_.progress_stale_seconds) stage_progress_.push_back(std::move(r));
     }
   }
 
@@ -578,7 +609,7 @@ class Peer {
       if (now - last_progress_read_ >= config_.progress_period_seconds) read_progress();
       GlobalBatchDecision decision = decide();
       if (decision.behind || !serving_) {
-        resync(decision.newest_step);
+        resync();
       } else if (decision.ready) {
         run_round();
         last_publish = -1e9;
@@ -586,32 +617,40 @@ class Peer {
     }
   }
 
-  // Not serving until the state of a stage-mate at `target_step` (or later) is in place.
-  void resync(int64_t target_step) {
+  // Not serving until this replica holds the stage's state: that of a stage-mate at
+  // a later step, or, after a failed or diverged round, of one at the same step
+  // whose parameters differ. Trainers see errors meanwhile and route elsewhere; the
+  // routing record is left to lapse rather than withdrawn, so the next announce
+  // (with a later expiry) brings the peer back.
+  void resync() {
+    const int64_t my_step = global_step_.load();
     if (serving_.exchange(false)) {
-      (void)registry_->withdraw(stage_registry_key(config_.stage_index), config_.peer_id);
-      log_info("peer {}: at step {}, a stage-mate is at step {}: re-syncing", config_.peer_id, global_step_.load(),
-               target_step);
+      log_info("peer {}: stops serving at step {} to re-sync", config_.peer_id, my_step);
+      needs_resync_ = true;
     }
     std::vector<ProgressRecord> donors;
+    bool stage_mate_catching_up = false;
     const double now = registry_->now();
     for (const auto& r : stage_progress_) {
-      if (r.step >= target_step && r.published_at >= now - config_.progress_stale_seconds && !r.address.empty()) {
+      if (r.published_at < now - config_.progress_stale_seconds || r.address.empty()) continue;
+      if (r.step > my_step || (r.step == my_step && needs_resync_ && r.params_hash != params_hash_)) {
         donors.push_back(r);
+      } else if (r.step < my_step) {
+        stage_mate_catching_up = true;
       }
     }
+    if (donors.empty() && progress_reads_ < 3) return;  // not looked long enough to be sure
     if (donors.empty()) {
-      if (target_step <= global_step_.load()) {
-        // Nobody is ahead any more (the one who was died): this state is the stage's.
-        serving_ = true;
-        (void)announce();
-      }
+      // Nobody holds other state. After a bad round, wait for stage-mates still
+      // finishing theirs before concluding this state is the stage's.
+      if (needs_resync_ && stage_mate_catching_up) return;
+      const bool was_resyncing = needs_resync_;
+      needs_resync_ = false;
+      serving_ = true;
+      (void)announce();
+      if (was_resyncing) log_info("peer {}: serving at step {}: no stage-mate holds other state", config_.peer_id, my_step);
       return;
     }
-    // Freshest step first; then by id, so every joiner asks donors in the same order.
-    std::sort(donors.begin(), donors.end(), [](const ProgressRecord& a, const ProgressRecord& b) {
-      return a.step != b.step ? a.step > b.step : a.peer_id < b.peer_id;
-    });
     std::vector<AllReduceMember> members;
     for (const auto& d : donors) members.push_back({d.peer_id, d.address});
     StateDownloadReport report;
@@ -647,6 +686,7 @@ class Peer {
       }
     }
     inbox_.finish_step(state->step - 1);
+    needs_resync_ = false;
     {
       std::lock_guard lock(stats_mu_);
       ++stats_.state_downloads;
@@ -688,10 +728,18 @@ class Peer {
                                                  std::chrono::duration<double>(config_.gather_timeout_seconds));
     while (true) {
       read_progress();
-      if (everyone_joined(stage_progress_, step, registry_->now(), config_.progress_stale_seconds) ||
-          Clock::now() >= gather_until) {
-        break;
+      const GroupReadiness readiness =
+          group_readiness(stage_progress_, step, registry_->now(), config_.progress_stale_seconds);
+      if (readiness == GroupReadiness::someone_ahead) {
+        // A stage-mate already stepped past this round: it cannot happen any more.
+        log_warn("peer {}: a stage-mate is past step {}; dropping this round", config_.peer_id, step);
+        std::lock_guard lock(stats_mu_);
+        ++stats_.rounds_failed;
+        stats_.lost_samples += weight;
+        needs_resync_ = true;
+        return;
       }
+      if (readiness == GroupReadiness::complete || Clock::now() >= gather_until) break;
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stopping_; });
       if (stopping_) return;
@@ -723,7 +771,9 @@ class Peer {
       std::lock_guard lock(stats_mu_);
       ++stats_.rounds_failed;
       stats_.lost_samples += weight;
-      return;  // the stage-mates that finished are ahead now: the loop re-syncs
+      needs_resync_ = true;
+      serving_ = false;  // the stage-mates that finished hold the stage's state now
+      return;
     }
     const uint64_t consensus = consensus_hash(result->params_hashes);
     bool leader = result->members.front().peer_id == config_.peer_id;
@@ -757,7 +807,7 @@ class Peer {
       log_warn("peer {}: parameters at step {} hashed {:016x}, the stage's {:016x}: re-syncing", config_.peer_id, step,
                hash_before, consensus);
       serving_ = false;
-      (void)registry_->withdraw(stage_registry_key(config_.stage_index), config_.peer_id);
+      needs_resync_ = true;
       leader = false;
     }
     (void)publish_progress(false);
@@ -794,6 +844,8 @@ class Peer {
   int64_t accumulated_samples_ = 0;                 // under compute_mu_, toward global_step_ + 1
   int64_t accumulated_microbatches_ = 0;
   std::atomic<bool> serving_{false};
+  bool needs_resync_ = false;
+  int64_t progress_reads_ = 0;  // sync thread only  // sync thread only: a round failed or this replica diverged
   std::atomic<bool> dead_{false};
   AllReduceInbox inbox_;
   StateDonor donor_;

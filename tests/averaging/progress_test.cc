@@ -61,15 +61,20 @@ TEST_CASE("a fresh stage-mate at a later step means this peer is behind, and not
   CHECK_FALSE(decide_global_batch(config, 4, records, 10).behind);
 }
 
-TEST_CASE("round members are the fresh joiners at the step, by id; the group is complete when all joined") {
+TEST_CASE("round members are the fresh joiners at the step, by id; the group waits for all of them") {
   auto a = at("b", 1, 5, 0, 10);
   a.averaging = true;
   auto b = at("a", 1, 5, 0, 10);
-  auto c = at("c", 0, 5, 0, 10);  // another step: not this round's business
+  auto c = at("c", 0, 5, 0, 10);  // still finishing step 0's round: it will be at step 1 soon
   std::vector<ProgressRecord> records{a, b, c};
-  CHECK_FALSE(everyone_joined(records, 1, 10, 5));
+  CHECK(group_readiness(records, 1, 10, 5) == GroupReadiness::waiting);
   records[1].averaging = true;
-  CHECK(everyone_joined(records, 1, 10, 5));
+  CHECK(group_readiness(records, 1, 10, 5) == GroupReadiness::waiting);  // c is not there yet
+  records[2].published_at = 1;  // c went silent: not waited for
+  CHECK(group_readiness(records, 1, 10, 5) == GroupReadiness::complete);
+  records.push_back(at("d", 2, 0, 0, 10));
+  CHECK(group_readiness(records, 1, 10, 5) == GroupReadiness::someone_ahead);
+  records.pop_back();
   auto members = round_members(records, 1, 10, 5);
   REQUIRE(members.size() == 2);
   CHECK(members[0].peer_id == "a");
