@@ -232,6 +232,9 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     }
     *start_step = *start_step < 0 ? checkpoint->step : std::min(*start_step, checkpoint->step);
   }
+  // Checkpoints count global steps; the run counts steps of microbatch x microbatches_per_step x trainers samples.
+  const int64_t samples_per_step = int64_t{o->microbatch} * o->microbatches_per_step * o->trainers;
+  if (global_batch_of(*o) > 0 && samples_per_step > 0) *start_step = *start_step * global_batch_of(*o) / samples_per_step;
   return Status::ok();
 }
 

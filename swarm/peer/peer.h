@@ -447,7 +447,13 @@ class Peer {
         maybe_step(batch);
       }
     }
-    if (is_backward && global_mode()) cv_.notify_all();  // the sync loop re-checks the global batch
+    if (is_backward && global_mode()) {
+      {
+        std::lock_guard lock(mu_);
+        samples_arrived_ = true;
+      }
+      cv_.notify_all();  // the sync loop re-checks the global batch now, not at its next tick
+    }
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const double emulated = config_.emulated_seconds_per_sample * batch * (is_backward ? 2.5 : 1.0);
     // Total time becomes (compute + emulated) * slowdown.
@@ -597,7 +603,8 @@ class Peer {
       {
         std::unique_lock lock(mu_);
         cv_.wait_for(lock, std::chrono::duration<double>(config_.progress_period_seconds / 2),
-                     [&] { return stopping_; });
+                     [&] { return stopping_ || samples_arrived_; });
+        samples_arrived_ = false;
         if (stopping_ || dead_) return;
       }
       update_rate();
@@ -870,6 +877,7 @@ class Peer {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool samples_arrived_ = false;  // under mu_: a backward finished since the sync loop last looked
   std::thread announcer_;
 };
 
