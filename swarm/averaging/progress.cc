@@ -95,7 +95,7 @@ std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& rec
                                           double stale_after_seconds) {
   std::map<std::string, ProgressRecord> by_id;
   for (const ProgressRecord& r : records) {
-    if (r.step == step && r.averaging && fresh(r, now, stale_after_seconds)) by_id[r.peer_id] = r;
+    if (r.step == step && fresh(r, now, stale_after_seconds)) by_id[r.peer_id] = r;
   }
   std::vector<ProgressRecord> out;
   for (auto& [id, r] : by_id) out.push_back(std::move(r));

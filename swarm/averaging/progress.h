@@ -68,7 +68,10 @@ struct GlobalBatchDecision {
 GlobalBatchDecision decide_global_batch(const GlobalBatchConfig& config, int64_t my_step,
                                         const std::vector<ProgressRecord>& records, double now);
 
-// The peers at `step` that have joined its round, fresh ones only, ordered by id.
+// The fresh peers at `step`, ordered by id: the round's group. Those that have not
+// joined yet are in it too: a DHT view can lag, and a peer that averaged alone
+// while its stage-mate did the same would split the stage in two. If one of them
+// is not in the round, the all-reduce fails and both re-sync instead.
 std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& records, int64_t step, double now,
                                           double stale_after_seconds);
 

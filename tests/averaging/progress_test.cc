@@ -61,7 +61,7 @@ TEST_CASE("a fresh stage-mate at a later step means this peer is behind, and not
   CHECK_FALSE(decide_global_batch(config, 4, records, 10).behind);
 }
 
-TEST_CASE("round members are the fresh joiners at the step, by id; the group waits for all of them") {
+TEST_CASE("round members are the fresh peers at the step, by id; the group waits for all of them") {
   auto a = at("b", 1, 5, 0, 10);
   a.averaging = true;
   auto b = at("a", 1, 5, 0, 10);
@@ -80,6 +80,8 @@ TEST_CASE("round members are the fresh joiners at the step, by id; the group wai
   CHECK(members[0].peer_id == "a");
   CHECK(members[1].peer_id == "b");
   CHECK(round_members(records, 1, 100, 5).empty());  // all stale by then
+  records[1].averaging = false;  // not joined yet, but at the step: still in the group
+  CHECK(round_members(records, 1, 10, 5).size() == 2);
 }
 
 TEST_CASE("consensus_hash takes the majority, and breaks ties by the lowest peer id") {
