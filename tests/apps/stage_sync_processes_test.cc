@@ -1,0 +1,143 @@
+// Stage synchronization across real processes: three `swarm peer` processes serve
+// one stage, found through a `swarm bootstrap` OpenDHT node, and a `swarm trainer`
+// drives them. One peer SIGKILLs itself in the middle of an all-reduce (the
+// --test-die-in-allreduce hook); the other two finish that round without it and
+// keep bit-identical parameters at every step, as the trainer's metrics.jsonl shows.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <doctest/doctest.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    std::vector<char*> argv;
+    static const std::string binary = "apps/swarm";
+    argv.push_back(const_cast<char*>(binary.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(binary.c_str(), argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string read_all(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay identical at every step") {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const fs::path dir = fs::path(base ? base : "/tmp") / "sync-processes";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+
+  const pid_t bootstrap = spawn({"bootstrap", "--port", "0"}, dir / "bootstrap.log");
+  std::string port;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (port.empty() && std::chrono::steady_clock::now() < deadline) {
+    const std::string text = read_all(dir / "bootstrap.log");
+    const auto at = text.find("127.0.0.1:");
+    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
+      port = text.substr(at + 10, text.find('\n', at) - at - 10);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling its log, under a deadline
+    }
+  }
+  REQUIRE_MESSAGE(!port.empty(), read_all(dir / "bootstrap.log"));
+
+  const std::vector<std::string> model = {"--d-model", "32", "--layers", "2", "--heads", "2", "--seq-len", "32"};
+  std::map<std::string, pid_t> peers;
+  for (const std::string id : {"k0", "k1", "k2"}) {
+    std::vector<std::string> args = {"peer", "--stage", "0", "--stages", "1", "--peer-id", id,
+                                     "--bootstrap", "127.0.0.1:" + port, "--global-batch", "16",
+                                     "--lr", "1e-2", "--warmup", "2", "--allreduce-part-timeout", "1"};
+    args.insert(args.end(), model.begin(), model.end());
+    if (id == "k2") {
+      args.push_back("--test-die-in-allreduce");
+      args.push_back("1");
+    }
+    peers[id] = spawn(args, dir / (id + ".log"));
+  }
+
+  std::vector<std::string> trainer = {"trainer", "--bootstrap", "127.0.0.1:" + port, "--stages", "1",
+                                      "--run-dir", (dir / "run").string(), "--microbatch", "4",
+                                      "--microbatches-per-step", "4", "--steps", "60", "--eval-windows", "8",
+                                      "--forward-timeout", "2", "--backward-timeout", "3"};
+  trainer.insert(trainer.end(), model.begin(), model.end());
+  const pid_t trainer_pid = spawn(trainer, dir / "trainer.log");
+  int trainer_status = 0;
+  REQUIRE(::waitpid(trainer_pid, &trainer_status, 0) == trainer_pid);
+  const std::string trainer_log = read_all(dir / "trainer.log");
+  INFO(trainer_log);
+  CHECK(WIFEXITED(trainer_status));
+  CHECK(WEXITSTATUS(trainer_status) == 0);
+  CHECK(trainer_log.find("0 abandoned") != std::string::npos);
+
+  // k2 killed itself with SIGKILL; the others are still alive.
+  int status = 0;
+  const pid_t reaped = ::waitpid(peers["k2"], &status, WNOHANG);
+  INFO(read_all(dir / "k2.log"));
+  REQUIRE(reaped == peers["k2"]);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  CHECK(::waitpid(peers["k0"], &status, WNOHANG) == 0);
+  CHECK(::waitpid(peers["k1"], &status, WNOHANG) == 0);
+
+  std::map<int64_t, std::map<std::string, std::string>> hashes;  // step -> peer -> hash
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  std::string line;
+  while (std::getline(metrics, line)) {
+    auto r = nlohmann::json::parse(line);
+    if (r["kind"] == "replica") hashes[r["step"].get<int64_t>()][r["peer"].get<std::string>()] = r["hash"];
+  }
+  int64_t k2_last = -1;
+  int both = 0;
+  for (const auto& [step, by_peer] : hashes) {
+    if (by_peer.count("k2")) k2_last = step;
+    if (by_peer.count("k0") && by_peer.count("k1")) {
+      ++both;
+      INFO("step " << step);
+      CHECK(by_peer.at("k0") == by_peer.at("k1"));
+    }
+  }
+  MESSAGE("k2 died in the round of step " << k2_last << "; k0 and k1 logged " << both << " steps, all identical");
+  // The round k2 died in completed for the two others: both hold step k2_last + 1, identical.
+  REQUIRE(hashes.count(k2_last + 1));
+  CHECK(hashes[k2_last + 1].count("k0"));
+  CHECK(hashes[k2_last + 1].count("k1"));
+  CHECK(both > 10);
+
+  for (const auto& [id, pid] : peers) ::kill(pid, SIGTERM);
+  ::kill(bootstrap, SIGTERM);
+  for (const auto& [id, pid] : peers) ::waitpid(pid, &status, 0);
+  ::waitpid(bootstrap, &status, 0);
+}
+
+}  // namespace
