@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "swarm/averaging/averaging_messages.h"
-#include "swarm/averaging/client_cache.h"
+#include "transports/client_cache.h"
 #include "swarm/core/status.h"
 #include "transports/transport.h"
 

@@ -24,7 +24,7 @@
 
 #include "swarm/averaging/all_reduce.h"
 #include "swarm/averaging/averaging_messages.h"
-#include "swarm/averaging/client_cache.h"
+#include "transports/client_cache.h"
 #include "swarm/checkpoint/checkpoint.h"
 #include "transports/transport.h"
 

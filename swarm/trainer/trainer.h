@@ -27,6 +27,7 @@
 #include "swarm/registry/registry.h"
 #include "swarm/wiring/router.h"
 #include "swarm/wire/wire.h"
+#include "transports/client_cache.h"
 #include "transports/transport.h"
 
 namespace swarm {
@@ -80,7 +81,7 @@ template <Router Rt, Transport T, Registry R>
 class Trainer {
  public:
   Trainer(TrainerConfig config, std::vector<Rt> routers, R* registry)
-      : config_(std::move(config)), registry_(registry), started_at_(Clock::now()) {
+      : config_(std::move(config)), registry_(registry), started_at_(Clock::now()), clients_(config_.client) {
     for (auto& router : routers) stages_.push_back(std::make_unique<StageState>(std::move(router)));
   }
 
@@ -220,16 +221,7 @@ class Trainer {
     stage.router.set_peers(peers, now());
   }
 
-  std::shared_ptr<typename T::client_type> client_for(const std::string& address) {
-    std::lock_guard lock(clients_mu_);
-    auto it = clients_.find(address);
-    if (it != clients_.end()) return it->second;
-    auto client = T::connect(address, config_.client);
-    if (!client.is_ok()) return nullptr;
-    auto shared = std::make_shared<typename T::client_type>(std::move(client).value());
-    clients_[address] = shared;
-    return shared;
-  }
+  std::shared_ptr<typename T::client_type> client_for(const std::string& address) { return clients_.get(address); }
 
   void count(const std::string& peer, TaskKind kind, bool ok) {
     std::lock_guard lock(served_mu_);
@@ -333,8 +325,7 @@ class Trainer {
   std::vector<std::unique_ptr<StageState>> stages_;
   std::atomic<uint64_t> next_request_{1};
 
-  std::mutex clients_mu_;
-  std::map<std::string, std::shared_ptr<typename T::client_type>> clients_;
+  ClientCache<T> clients_;
   mutable std::mutex ledger_mu_;
   Ledger ledger_;
   mutable std::mutex served_mu_;

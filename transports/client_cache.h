@@ -1,7 +1,7 @@
 // client_cache: one transport client per peer address, shared by the threads that call it.
 //
-// Averaging rounds and state downloads talk to the same few stage-mates again and
-// again; connecting once per address keeps a round to its messages.
+// Trainers, averaging rounds and state downloads talk to the same few peers again
+// and again; connecting once per address keeps each call to its messages.
 //
 //   swarm::ClientCache<swarm::ZmqTransport> clients;
 //   auto client = clients.get("tcp://127.0.0.1:7000");  // nullptr if it cannot connect
