@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "swarm/core/status.h"
+#include "swarm/wiring/peer_index.h"
 #include "swarm/wiring/router.h"
 
 namespace swarm {
@@ -134,7 +135,7 @@ class StochasticWiringRouter {
   wiring::SplitMix64 rng_;
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
-  std::unordered_map<PeerId, uint32_t> index_;  // usable peers only
+  wiring::PeerIndex index_;  // usable peers only
   std::vector<Entry> heap_;
   std::vector<Entry> set_aside_;  // excluded entries during one choose, reused
   wiring::BanList bans_;

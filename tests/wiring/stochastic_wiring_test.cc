@@ -85,6 +85,17 @@ TEST_CASE("the estimate is a bias-corrected EMA of seconds per sample, moved by 
   CHECK_FALSE(router.seconds_per_sample("nobody").has_value());
 }
 
+TEST_CASE("after thousands of samples the estimate is the plain EMA (no denormal bias term left)") {
+  StochasticWiringRouter router;
+  router.set_peers(announce({"a"}), 0);
+  // (1 - 0.1)^n reaches the denormal range near n = 6700; the router drops the
+  // correction by then, and the estimate stays exactly the EMA of what it saw.
+  for (int i = 0; i < 10000; ++i) router.report("a", TaskKind::forward, 1, Outcome::success, 0.25, i);
+  CHECK(*router.seconds_per_sample("a") == doctest::Approx(0.25));
+  router.report("a", TaskKind::forward, 1, Outcome::success, 1.25, 10000);
+  CHECK(*router.seconds_per_sample("a") == doctest::Approx(0.1 * 1.25 + 0.9 * 0.25));
+}
+
 TEST_CASE("a backward costs 2.5 forward units of virtual time") {
   StochasticWiringRouter router;
   router.set_peers(announce({"a", "b"}), 0);
