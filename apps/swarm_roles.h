@@ -28,7 +28,7 @@ struct PeerRoleOptions {
   std::string bootstrap;  // host:port of a DHT node
   std::string bind = "tcp://127.0.0.1:*";
   uint64_t seed = 1;
-  float learning_rate = 2e-3f;
+  float learning_rate = 1e-3f;  // the SWARM paper's peak LAMB lr
   int warmup_steps = 20;
   int step_every_samples = 16;
   int max_batch = 1;

@@ -62,7 +62,7 @@ struct PeerConfig {
   double announce_ttl_seconds = 5.0;
   optim::OptimizerConfig optimizer;
   float learning_rate = 1e-3f;
-  int64_t warmup_steps = 0;  // linear warm-up of the local steps
+  int64_t warmup_steps = 0;  // linear warm-up, in optimizer steps (local or global)
   int64_t step_every_samples = 16;
   // Forward requests that arrive together (from several trainers) are run as
   // one batch of up to this many requests. 1 turns batching off and serves
