@@ -43,7 +43,7 @@ std::vector<ElementRange> split_bounded(ElementRange range, int64_t max_size) {
 
 uint64_t group_digest(int64_t step, const std::vector<AllReduceMember>& members) {
   std::vector<std::string> ids;
-  for (const auto& m : members) ids.push_back(m.peer_id);
+  for (const auto& m : members) ids.push_back(m.peer_id + '\t' + hex64(m.round_nonce));
   std::sort(ids.begin(), ids.end());
   std::string text = std::to_string(step);
   for (const auto& id : ids) {

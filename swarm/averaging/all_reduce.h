@@ -7,7 +7,9 @@
 // part to everyone. Parts are cut into chunks of bounded size; every wait has a
 // deadline. A member that dies or stalls is dropped: its contributions are left out
 // of the parts that did not get them, and if it owned a part the survivors ping the
-// group and run the round again without it, until the round's deadline. Every
+// group and run the round again without it, until the round's deadline, provided
+// they are a strict majority of the starting group (so a split can never leave two
+// sides that both step). Every
 // message names the round by a digest of (step, members), so members that disagree
 // about the group never mix their numbers; they time out and regroup instead.
 // Every surviving member ends with the same averaged vector, bit for bit, because
@@ -43,6 +45,10 @@ namespace swarm {
 struct AllReduceMember {
   std::string peer_id;
   std::string address;
+  // The member's nonce for this round, as published when it joined (0 if not seen).
+  // Part of the group digest: a round a peer re-runs for the same step, or one a
+  // stalled peer resumes, never takes parts from another run of that step.
+  uint64_t round_nonce = 0;
   friend bool operator==(const AllReduceMember&, const AllReduceMember&) = default;
 };
 
@@ -67,7 +73,7 @@ std::vector<ElementRange> split_evenly(int64_t total, int64_t parts);
 // `range` cut into pieces of at most max_size elements (one empty piece for an empty range).
 std::vector<ElementRange> split_bounded(ElementRange range, int64_t max_size);
 
-// Names a group: equal for equal (step, sorted member ids), different otherwise.
+// Names a round: equal for equal (step, sorted member ids and their nonces), different otherwise.
 uint64_t group_digest(int64_t step, const std::vector<AllReduceMember>& members);
 
 // One round of one peer: who takes part, and what this peer brings.
@@ -164,6 +170,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
   members.erase(std::unique(members.begin(), members.end(),
                             [](const auto& a, const auto& b) { return a.peer_id == b.peer_id; }),
                 members.end());
+  const size_t starting_size = members.size();
   AllReduceResult result;
   uint64_t request_id = 1;
   std::map<uint64_t, std::vector<float>> reduced_by_group;
@@ -347,6 +354,13 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
           clients.forget(members[p.who].address);
         }
       }
+    }
+    // Only a strict majority of the starting group may go on without the rest: two
+    // halves that each lost sight of the other (a stalled process, a partition)
+    // must not both step, or the stage would split into diverging replicas.
+    if (2 * alive.size() <= starting_size) {
+      return unavailable("all-reduce of step {}: {} of {} members answer, not a majority; the round is dropped",
+                         round.step, alive.size(), starting_size);
     }
     std::sort(alive.begin(), alive.end(),
               [](const AllReduceMember& a, const AllReduceMember& b) { return a.peer_id < b.peer_id; });

@@ -40,6 +40,7 @@
 #include "swarm/averaging/progress.h"
 #include "swarm/averaging/state_transfer.h"
 #include "swarm/core/log.h"
+#include "swarm/core/random.h"
 #include "swarm/optim/lr_schedule.h"
 #include "swarm/peer/stage_state.h"
 #include "swarm/optim/optimizer.h"
@@ -381,7 +382,8 @@ class Peer {
         return delivered.is_ok() ? reply(request, nullptr) : error(request, delivered);
       }
       case wire::MessageKind::state_chunk:
-        if (!serving_) return error(request, unavailable("peer {} is re-syncing its own state", config_.peer_id));
+        // Donates even while not serving: a peer waiting out a failed round still holds
+        // its step's state, and a joiner may need exactly that. Joiners check the hash.
         return donor_.handle(request, config_.stage_index, global_step_.load(), [this]() -> Result<Checkpoint> {
           std::lock_guard compute(compute_mu_);
           return stage_checkpoint(stage_, lamb_, global_step_.load());
@@ -527,6 +529,7 @@ class Peer {
     r.samples = samples_override >= 0 ? samples_override : accumulated_samples_;
     r.params_hash = params_hash_;
     r.recent_hashes.assign(recent_hashes_.begin(), recent_hashes_.end());
+    r.round_nonce = averaging ? round_nonce_ : 0;
     r.stage_mates_seen = static_cast<int>(stage_progress_.size());
     return r;
   }
@@ -642,8 +645,8 @@ class Peer {
       if (r.published_at < now - config_.progress_stale_seconds || r.address.empty()) continue;
       if (r.step > my_step || (r.step == my_step && needs_resync_ && r.params_hash != params_hash_)) {
         donors.push_back(r);
-      } else if (r.step < my_step) {
-        stage_mate_catching_up = true;
+      } else if (r.step == my_step - 1 && r.averaging) {
+        stage_mate_catching_up = true;  // still in the round this peer just left
       }
     }
     if (donors.empty() && progress_reads_ < 3) return;  // not looked long enough to be sure
@@ -719,10 +722,12 @@ class Peer {
     const int64_t step = global_step_.load();
     std::vector<float> local_mean;
     int64_t weight = 0;
+    int64_t microbatches = 0;
     uint64_t hash_before = 0;
     {
       std::lock_guard compute(compute_mu_);
       weight = accumulated_samples_;
+      microbatches = accumulated_microbatches_;
       local_mean = flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_));
       (void)stage_.zero_grad();
       accumulated_samples_ = 0;
@@ -730,6 +735,7 @@ class Peer {
       hash_before = params_hash_;
     }
     // Join, and wait for the stage-mates that are at this step to join too.
+    round_nonce_ = nonce_source_.next() | 1;  // never 0, which means "not seen"
     (void)publish_progress(true, weight);
     const auto gather_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(config_.gather_timeout_seconds));
@@ -757,9 +763,9 @@ class Peer {
     round.my_id = config_.peer_id;
     round.weight = static_cast<double>(weight);
     round.params_hash = hash_before;
-    round.members.push_back({config_.peer_id, address()});
+    round.members.push_back({config_.peer_id, address(), round_nonce_});
     for (const auto& r : round_members(stage_progress_, step, registry_->now(), config_.progress_stale_seconds)) {
-      round.members.push_back({r.peer_id, r.address});
+      round.members.push_back({r.peer_id, r.address, r.averaging ? r.round_nonce : 0});
     }
     AllReduceHooks hooks;
     if (config_.test_die_after_allreduce_sends > 0) {
@@ -852,6 +858,9 @@ class Peer {
   int64_t accumulated_microbatches_ = 0;
   std::atomic<bool> serving_{false};
   bool needs_resync_ = false;
+  uint64_t round_nonce_ = 0;  // sync thread (and own_progress under it)
+  SplitMix64 nonce_source_{static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                           std::hash<std::string>{}(config_.peer_id)};
   int64_t progress_reads_ = 0;  // sync thread only  // sync thread only: a round failed or this replica diverged
   std::atomic<bool> dead_{false};
   AllReduceInbox inbox_;

@@ -44,6 +44,19 @@ std::vector<float> flatten_gradients(S& stage, double divide_by) {
   return out;
 }
 
+// Puts a snapshot taken by flatten_gradients(stage, divide_by) back into the
+// accumulators (adding, since new gradients may have arrived since).
+template <Stage S>
+void restore_gradients(S& stage, const std::vector<float>& mean, double divide_by) {
+  const float scale = static_cast<float>(std::max(1.0, divide_by));
+  size_t offset = 0;
+  for (const auto& view : stage.parameter_views()) {
+    float* g = static_cast<float*>(view.grad.raw_data());
+    for (int64_t i = 0; i < view.grad.numel(); ++i) g[i] += mean[offset + static_cast<size_t>(i)] * scale;
+    offset += static_cast<size_t>(view.grad.numel());
+  }
+}
+
 template <Stage S>
 uint64_t parameters_hash(S& stage) {
   std::vector<NamedTensorView> views;

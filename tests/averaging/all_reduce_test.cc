@@ -179,6 +179,23 @@ TEST_CASE("a member that dies in the middle of the round is dropped; the others 
   MESSAGE("round without the dead member took " << seconds << " s, " << r0->attempts << " attempts");
 }
 
+TEST_CASE("of two members, the one left alone drops the round instead of stepping by itself") {
+  std::vector<std::unique_ptr<Member>> members;
+  for (const char* id : {"pair0", "pair1"}) members.push_back(std::make_unique<Member>(id));
+  std::vector<AllReduceMember> group;
+  for (auto& m : members) group.push_back({m->id, m->address()});
+  members[1]->server->stop();  // gone before the round: its stage-mate cannot know if it stalled or died
+  AllReduceConfig config;
+  config.part_timeout_seconds = 0.2;
+  config.ping_timeout_seconds = 0.1;
+  std::vector<float> g{1, 2, 3, 4};
+  AllReduceRound round{0, 5, "pair0", group, 4, 1};
+  auto r = butterfly_all_reduce(members[0]->clients, members[0]->inbox, round, g, config);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().code() == StatusCode::unavailable);
+  CHECK(r.status().message().find("not a majority") != std::string::npos);
+}
+
 TEST_CASE("a group of one returns its own mean at once") {
   Member solo("solo");
   std::vector<float> g{1, 2, 3};
