@@ -194,10 +194,10 @@ class Peer {
       }
       // Not serving until the sync loop has looked at the stage a few times: a
       // joiner's young DHT node may not show the stage-mates it must sync from.
-      serving_ = false;
+      set_serving(false);
       sync_thread_ = std::thread([this] { sync_loop(); });
     } else {
-      serving_ = true;
+      set_serving(true);
     }
     if (serving_) SWARM_RETURN_IF_ERROR(announce());
     announcer_ = std::thread([this] { announce_loop(); });
@@ -238,6 +238,21 @@ class Peer {
 
   // True once a test hook has "killed" this peer.
   bool dead() const { return dead_; }
+
+  // Blocks until done(stats()) holds or the deadline passes; returns whether it holds.
+  // Woken by every change of step, serving state or served counts, so tests and
+  // tools wait on the peer itself rather than poll it.
+  template <typename Predicate>
+  bool wait_for_stats(Predicate done, Deadline deadline) const {
+    std::unique_lock lock(stats_mu_);
+    auto current = [&] {
+      PeerStats out = stats_;
+      out.rejected = static_cast<int64_t>(counters_->total());
+      out.serving = serving_ && !dead_;
+      return out;
+    };
+    return stats_cv_.wait_until(lock, deadline, [&] { return done(current()); });
+  }
 
  private:
   Status announce() {
@@ -503,6 +518,17 @@ class Peer {
 
   bool global_mode() const { return config_.global_batch_samples > 0; }
 
+  // Returns the previous value; wakes wait_for_stats().
+  bool set_serving(bool serving) {
+    const bool was = serving_.exchange(serving);
+    notify_stats();
+    return was;
+  }
+  void notify_stats() {
+    { std::lock_guard lock(stats_mu_); }  // a waiter between its check and its wait sees the change
+    stats_cv_.notify_all();
+  }
+
   GlobalBatchConfig batch_config() const {
     return GlobalBatchConfig{config_.global_batch_samples, config_.progress_stale_seconds,
                              config_.start_on_estimated_arrival};
@@ -511,9 +537,12 @@ class Peer {
   void remember_hash() {  // under compute_mu_ or before serving
     recent_hashes_.emplace_back(global_step_.load(), params_hash_);
     while (recent_hashes_.size() > 16) recent_hashes_.pop_front();
-    std::lock_guard lock(stats_mu_);
-    stats_.global_step = global_step_.load();
-    stats_.params_hash = params_hash_;
+    {
+      std::lock_guard lock(stats_mu_);
+      stats_.global_step = global_step_.load();
+      stats_.params_hash = params_hash_;
+    }
+    stats_cv_.notify_all();
   }
 
   ProgressRecord own_progress(bool averaging, int64_t samples_override = -1) {
@@ -529,7 +558,6 @@ class Peer {
     r.samples = samples_override >= 0 ? samples_override : accumulated_samples_;
     r.params_hash = params_hash_;
     r.recent_hashes.assign(recent_hashes_.begin(), recent_hashes_.end());
-    r.round_nonce = averaging ? round_nonce_ : 0;
     r.stage_mates_seen = static_cast<int>(stage_progress_.size());
     return r;
   }
@@ -634,7 +662,7 @@ class Peer {
   // (with a later expiry) brings the peer back.
   void resync() {
     const int64_t my_step = global_step_.load();
-    if (serving_.exchange(false)) {
+    if (set_serving(false)) {
       log_info("peer {}: stops serving at step {} to re-sync", config_.peer_id, my_step);
       needs_resync_ = true;
     }
@@ -653,10 +681,15 @@ class Peer {
     if (donors.empty()) {
       // Nobody holds other state. After a bad round, wait for stage-mates still
       // finishing theirs before concluding this state is the stage's.
-      if (needs_resync_ && stage_mate_catching_up) return;
+      // Bounded: a stage-mate that stays "in the round" longer than a record lives is stuck or gone.
+      if (needs_resync_ && stage_mate_catching_up) {
+        if (catching_up_since_ < 0) catching_up_since_ = now;
+        if (now - catching_up_since_ < config_.progress_stale_seconds) return;
+      }
+      catching_up_since_ = -1;
       const bool was_resyncing = needs_resync_;
       needs_resync_ = false;
-      serving_ = true;
+      set_serving(true);
       (void)announce();
       if (was_resyncing) log_info("peer {}: serving at step {}: no stage-mate holds other state", config_.peer_id, my_step);
       return;
@@ -703,10 +736,11 @@ class Peer {
       stats_.last_download_donors = static_cast<int64_t>(report.donors_used.size());
       stats_.last_download_resumed_at = report.resumed_at;
     }
+    stats_cv_.notify_all();
     log_info("peer {}: downloaded {} bytes of step {} from {} (resumed at {}), hash {:016x}; serving", config_.peer_id,
              report.bytes, state->step, fmt::join(report.donors_used, ","), report.resumed_at, params_hash_);
     (void)publish_progress(false);
-    serving_ = true;
+    set_serving(true);
     (void)announce();
   }
 
@@ -715,6 +749,7 @@ class Peer {
     if (config_.test_die_by_signal) ::raise(SIGKILL);
     dead_ = true;
     cv_.notify_all();
+    notify_stats();
     return cancelled("peer {} died (test hook) {}", config_.peer_id, where);
   }
 
@@ -735,7 +770,6 @@ class Peer {
       hash_before = params_hash_;
     }
     // Join, and wait for the stage-mates that are at this step to join too.
-    round_nonce_ = nonce_source_.next() | 1;  // never 0, which means "not seen"
     (void)publish_progress(true, weight);
     const auto gather_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(config_.gather_timeout_seconds));
@@ -763,9 +797,9 @@ class Peer {
     round.my_id = config_.peer_id;
     round.weight = static_cast<double>(weight);
     round.params_hash = hash_before;
-    round.members.push_back({config_.peer_id, address(), round_nonce_});
+    round.members.push_back({config_.peer_id, address()});
     for (const auto& r : round_members(stage_progress_, step, registry_->now(), config_.progress_stale_seconds)) {
-      round.members.push_back({r.peer_id, r.address, r.averaging ? r.round_nonce : 0});
+      round.members.push_back({r.peer_id, r.address});
     }
     AllReduceHooks hooks;
     if (config_.test_die_after_allreduce_sends > 0) {
@@ -785,7 +819,7 @@ class Peer {
       ++stats_.rounds_failed;
       stats_.lost_samples += weight;
       needs_resync_ = true;
-      serving_ = false;  // the stage-mates that finished hold the stage's state now
+      set_serving(false);  // the stage-mates that finished hold the stage's state now
       return;
     }
     const uint64_t consensus = consensus_hash(result->params_hashes);
@@ -806,20 +840,21 @@ class Peer {
       if constexpr (requires { stage_.drop_cached_activations(); }) stage_.drop_cached_activations();
       global_step_ = step + 1;
       params_hash_ = parameters_hash(stage_);
+      {
+        // Counted with the step itself, so whoever sees the new step sees the round too.
+        std::lock_guard lock(stats_mu_);
+        ++stats_.rounds_completed;
+        ++stats_.optimizer_steps;
+        if (hash_before != consensus) ++stats_.diverged;
+      }
       remember_hash();
     }
     inbox_.finish_step(step);
-    {
-      std::lock_guard lock(stats_mu_);
-      ++stats_.rounds_completed;
-      ++stats_.optimizer_steps;
-      if (hash_before != consensus) ++stats_.diverged;
-    }
     if (hash_before != consensus) {
       // Stepped from different parameters than the stage: this replica is wrong.
       log_warn("peer {}: parameters at step {} hashed {:016x}, the stage's {:016x}: re-syncing", config_.peer_id, step,
                hash_before, consensus);
-      serving_ = false;
+      set_serving(false);
       needs_resync_ = true;
       leader = false;
     }
@@ -836,14 +871,17 @@ class Peer {
   }
 
   void record(bool backward, int64_t batch, double seconds) {
-    std::lock_guard lock(stats_mu_);
-    (backward ? stats_.backward : stats_.forward) += 1;
-    if (backward) stats_.samples += batch;
-    if (seconds > 0 && batch > 0) {
-      // Backward costs about 2.5 forwards; count it as such for a comparable rate.
-      const double rate = batch * (backward ? 2.5 : 1.0) / seconds;
-      stats_.throughput = stats_.throughput == 0 ? rate : 0.9 * stats_.throughput + 0.1 * rate;
+    {
+      std::lock_guard lock(stats_mu_);
+      (backward ? stats_.backward : stats_.forward) += 1;
+      if (backward) stats_.samples += batch;
+      if (seconds > 0 && batch > 0) {
+        // Backward costs about 2.5 forwards; count it as such for a comparable rate.
+        const double rate = batch * (backward ? 2.5 : 1.0) / seconds;
+        stats_.throughput = stats_.throughput == 0 ? rate : 0.9 * stats_.throughput + 0.1 * rate;
+      }
     }
+    stats_cv_.notify_all();
   }
 
   PeerConfig config_;
@@ -858,9 +896,7 @@ class Peer {
   int64_t accumulated_microbatches_ = 0;
   std::atomic<bool> serving_{false};
   bool needs_resync_ = false;
-  uint64_t round_nonce_ = 0;  // sync thread (and own_progress under it)
-  SplitMix64 nonce_source_{static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                           std::hash<std::string>{}(config_.peer_id)};
+  double catching_up_since_ = -1;  // sync thread only
   int64_t progress_reads_ = 0;  // sync thread only  // sync thread only: a round failed or this replica diverged
   std::atomic<bool> dead_{false};
   AllReduceInbox inbox_;
@@ -882,6 +918,7 @@ class Peer {
   std::atomic<int64_t> in_service_{0};
 
   mutable std::mutex stats_mu_;
+  mutable std::condition_variable stats_cv_;
   PeerStats stats_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -87,25 +87,19 @@ void pattern_batch(std::mt19937& rng, int rows, Tensor* tokens, Tensor* targets)
   }
 }
 
-// Waits, with a deadline, until every peer is at `step` (or dead).
-bool wait_for_step(const std::vector<GptPeer*>& peers, int64_t step, double seconds = 20) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (Clock::now() < deadline) {
-    bool all = true;
-    for (auto* p : peers) all = all && (p->dead() || (p->stats().global_step >= step && p->stats().serving));
-    if (all) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling a condition, under a deadline
-  }
-  return false;
+Deadline seconds_from_now(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-bool wait_until(const std::function<bool()>& condition, double seconds = 20) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+// Waits, with a deadline, until every peer is at `step` and serving (or dead).
+bool wait_for_step(const std::vector<GptPeer*>& peers, int64_t step, double seconds = 20) {
+  const Deadline deadline = seconds_from_now(seconds);
+  for (GptPeer* p : peers) {
+    const bool reached = p->wait_for_stats(
+        [&](const PeerStats& s) { return p->dead() || (s.global_step >= step && s.serving); }, deadline);
+    if (!reached) return false;
   }
-  return condition();
+  return true;
 }
 
 std::vector<float> stage_parameters(Stage& stage) {
@@ -220,7 +214,7 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
   auto c = start_peer(&registry, dies_in_round);
   auto z = start_peer(&registry, sync_config(1, "ft-z"));
   TrainerConfig trainer_config;
-  trainer_config.refresh_period_seconds = 0.05;
+  trainer_config.refresh_period_seconds = 0;  // every hop sees the registry as it is: the joiner at once
   trainer_config.forward_timeout_seconds = 2;
   trainer_config.backward_timeout_seconds = 2;
   RrTrainer trainer(trainer_config, std::vector<RoundRobinRouter>(2), &registry);
@@ -250,7 +244,7 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
   auto joiner_config = sync_config(0, "ft-d");
   joiner_config.state_transfer.chunk_bytes = 4096;
   auto d = start_peer(&registry, joiner_config);
-  REQUIRE(wait_until([&] { return d->stats().serving; }));
+  REQUIRE(d->wait_for_stats([](const PeerStats& s) { return s.serving; }, seconds_from_now(20)));
   const PeerStats joined = d->stats();
   CHECK(joined.state_downloads == 1);
   CHECK(joined.global_step == 1);
