@@ -4,6 +4,7 @@
 // --test-die-in-allreduce hook); the other two finish that round without it and
 // keep bit-identical parameters at every step, as the trainer's metrics.jsonl shows.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -16,7 +17,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -58,19 +58,37 @@ TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay 
   fs::remove_all(dir);
   fs::create_directories(dir);
 
-  const pid_t bootstrap = spawn({"bootstrap", "--port", "0"}, dir / "bootstrap.log");
-  std::string port;
+  // The bootstrap node prints its port on stdout: read it through a pipe, waiting
+  // with poll() until the line arrives or the deadline passes.
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t bootstrap = ::fork();
+  REQUIRE(bootstrap >= 0);
+  if (bootstrap == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::execl("apps/swarm", "apps/swarm", "bootstrap", "--port", "0", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text, port;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (port.empty() && std::chrono::steady_clock::now() < deadline) {
-    const std::string text = read_all(dir / "bootstrap.log");
+  while (port.empty()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd readable{out[0], POLLIN, 0};
+    if (::poll(&readable, 1, static_cast<int>(left.count())) <= 0) break;
+    char buffer[256];
+    const ssize_t got = ::read(out[0], buffer, sizeof(buffer));
+    if (got <= 0) break;
+    text.append(buffer, static_cast<size_t>(got));
     const auto at = text.find("127.0.0.1:");
     if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
       port = text.substr(at + 10, text.find('\n', at) - at - 10);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling its log, under a deadline
     }
   }
-  REQUIRE_MESSAGE(!port.empty(), read_all(dir / "bootstrap.log"));
+  REQUIRE_MESSAGE(!port.empty(), text);
 
   const std::vector<std::string> model = {"--d-model", "32", "--layers", "2", "--heads", "2", "--seq-len", "32"};
   std::map<std::string, pid_t> peers;
