@@ -43,7 +43,7 @@ std::vector<ElementRange> split_bounded(ElementRange range, int64_t max_size) {
 
 uint64_t group_digest(int64_t step, const std::vector<AllReduceMember>& members) {
   std::vector<std::string> ids;
-  for (const auto& m : members) ids.push_back(m.peer_id);
+  for (const auto& m : members) ids.push_back(m.peer_id + '\t' + hex64(m.round_nonce));
   std::sort(ids.begin(), ids.end());
   std::string text = std::to_string(step);
   for (const auto& id : ids) {
@@ -70,15 +70,6 @@ Status AllReduceInbox::deliver(const wire::DecodedMessage& message) {
     part.weight = meta.at("weight").get<double>();
     part.sender = meta.value("sender", "");
     SWARM_ASSIGN_OR_RETURN(part.params_hash, parse_hex64(meta.at("hash").get<std::string>()));
-    SWARM_ASSIGN_OR_RETURN(part.nonce, parse_hex64(meta.value("nonce", "0")));
-    if (meta.contains("used")) {
-      const auto& used = meta.at("used");
-      if (!used.is_array() || used.size() > 4096) return invalid_argument("all-reduce part: bad 'used' list");
-      for (const auto& u : used) {
-        SWARM_ASSIGN_OR_RETURN(uint64_t value, parse_hex64(u.get<std::string>()));
-        part.used.push_back(value);
-      }
-    }
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("all-reduce part: {}", e.what());
   }
@@ -122,13 +113,10 @@ namespace all_reduce_detail {
 
 Result<wire::Frames> encode_part(int stage, uint64_t digest, int64_t step, int phase, int part, int chunk, int from,
                                  const std::string& sender, double weight, uint64_t params_hash,
-                                 std::span<const float> values, uint64_t nonce, const std::vector<uint64_t>& used) {
-  nlohmann::json used_json = nlohmann::json::array();
-  for (uint64_t u : used) used_json.push_back(hex64(u));
+                                 std::span<const float> values) {
   nlohmann::json meta = {{"group", hex64(digest)}, {"step", step},     {"phase", phase},
                          {"part", part},           {"chunk", chunk},   {"from", from},
-                         {"sender", sender},       {"weight", weight}, {"hash", hex64(params_hash)},
-                         {"nonce", hex64(nonce)},  {"used", used_json}};
+                         {"sender", sender},       {"weight", weight}, {"hash", hex64(params_hash)}};
   TensorView payload(const_cast<float*>(values.data()), DType::f32, Shape{static_cast<int64_t>(values.size())},
                      Device::cpu);
   return encode_control_message(wire::MessageKind::allreduce_part, static_cast<uint32_t>(stage), 0, meta,

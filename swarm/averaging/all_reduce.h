@@ -13,11 +13,7 @@
 // message names the round by a digest of (step, members), so members that disagree
 // about the group never mix their numbers; they time out and regroup instead.
 // Every surviving member ends with the same averaged vector, bit for bit, because
-// each part is computed once, by its owner. Each call draws a nonce that travels
-// with its contributions, and an owner's averaged part lists the nonce of every
-// contribution it used: a member accepts a part only if its own entry is its
-// current nonce (or absent), so a part left over from another run of the same
-// step (a retried round, a peer resumed after SIGSTOP) is never mixed in.
+// each part is computed once, by its owner.
 //
 //   swarm::AllReduceInbox inbox;                 // the peer's server delivers parts here
 //   SWARM_ASSIGN_OR_RETURN(swarm::AllReduceResult r,
@@ -41,7 +37,6 @@
 
 #include "swarm/averaging/averaging_messages.h"
 #include "transports/client_cache.h"
-#include "swarm/core/random.h"
 #include "swarm/core/status.h"
 #include "transports/transport.h"
 
@@ -50,6 +45,10 @@ namespace swarm {
 struct AllReduceMember {
   std::string peer_id;
   std::string address;
+  // The member's nonce for this round, as published when it joined (0 if not seen).
+  // Part of the group digest: a round a peer re-runs for the same step, or one a
+  // stalled peer resumes, never takes parts from another run of that step.
+  uint64_t round_nonce = 0;
   friend bool operator==(const AllReduceMember&, const AllReduceMember&) = default;
 };
 
@@ -74,7 +73,7 @@ std::vector<ElementRange> split_evenly(int64_t total, int64_t parts);
 // `range` cut into pieces of at most max_size elements (one empty piece for an empty range).
 std::vector<ElementRange> split_bounded(ElementRange range, int64_t max_size);
 
-// Names a group: equal for equal (step, sorted member ids), different otherwise.
+// Names a round: equal for equal (step, sorted member ids and their nonces), different otherwise.
 uint64_t group_digest(int64_t step, const std::vector<AllReduceMember>& members);
 
 // One round of one peer: who takes part, and what this peer brings.
@@ -109,8 +108,6 @@ class AllReduceInbox {
     int64_t step = 0;
     double weight = 0;
     uint64_t params_hash = 0;
-    uint64_t nonce = 0;           // the sender's call
-    std::vector<uint64_t> used;   // phase 1: per member, the nonce of the contribution used (0: none)
     std::string sender;
     std::vector<float> values;
   };
@@ -149,8 +146,7 @@ namespace all_reduce_detail {
 
 Result<wire::Frames> encode_part(int stage, uint64_t digest, int64_t step, int phase, int part, int chunk, int from,
                                  const std::string& sender, double weight, uint64_t params_hash,
-                                 std::span<const float> values, uint64_t nonce = 0,
-                                 const std::vector<uint64_t>& used = {});
+                                 std::span<const float> values);
 
 // Owner-side reduction of one chunk: contributions in member order; the weighted
 // mean, accumulated in double. Missing contributions (nullptr) are skipped.
@@ -177,14 +173,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
   const size_t starting_size = members.size();
   AllReduceResult result;
   uint64_t request_id = 1;
-  const uint64_t my_nonce =
-      SplitMix64(static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ std::hash<std::string>{}(round.my_id))
-          .next() | 1;  // never 0, which means "not used"
-  struct Reduced {
-    std::vector<float> values;
-    std::vector<std::vector<uint64_t>> used;  // per chunk, per member
-  };
-  std::map<uint64_t, Reduced> reduced_by_group;
+  std::map<uint64_t, std::vector<float>> reduced_by_group;
   std::map<uint64_t, int> tries_by_group;
   std::map<std::string, uint64_t> contributor_hashes;
   for (;;) {
@@ -217,7 +206,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
 
     // Sends chunk messages to every other member, all in flight at once; a member
     // whose call fails is marked failed. Returns the hook's verdict.
-    auto send_all = [&](int phase, auto values_of, auto used_of) -> Status {
+    auto send_all = [&](int phase, auto values_of) -> Status {
       struct Pending {
         int to;
         decltype(std::declval<typename T::client_type&>().call(wire::Frames{}, Deadline{})) call;
@@ -237,7 +226,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
           SWARM_ASSIGN_OR_RETURN(
               wire::Frames frames,
               encode_part(round.stage, digest, round.step, phase, part, static_cast<int>(c), me, round.my_id,
-                          round.weight, round.params_hash, values_of(range), my_nonce, used_of(c)));
+                          round.weight, round.params_hash, values_of(range)));
           pending.push_back({j, client->call(std::move(frames), deadline)});
           ++result.messages_sent;
           ++parts_sent;
@@ -258,10 +247,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
         (result.attempts > 1 ? 2 * config.part_timeout_seconds + config.ping_timeout_seconds : 0.0);
 
     // Reduce-scatter.
-    const std::vector<uint64_t> no_used;
-    SWARM_RETURN_IF_ERROR(send_all(
-        0, [&](ElementRange r) { return local_mean.subspan(r.begin, r.size()); },
-        [&](size_t) -> const std::vector<uint64_t>& { return no_used; }));
+    SWARM_RETURN_IF_ERROR(send_all(0, [&](ElementRange r) { return local_mean.subspan(r.begin, r.size()); }));
     const auto& mine = chunks[me];
     // An owner computes its part once per group: a later attempt of the same group
     // re-sends the same numbers, so a late copy from an earlier attempt is identical.
@@ -276,10 +262,8 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
         }
         return true;
       });
-      Reduced reduced{std::vector<float>(static_cast<size_t>(parts[me].size())), {}};
+      std::vector<float> reduced(static_cast<size_t>(parts[me].size()));
       for (size_t c = 0; c < mine.size(); ++c) {
-        std::vector<uint64_t> used(n, 0);
-        used[me] = my_nonce;
         std::vector<std::optional<AllReduceInbox::Part>> got(n);
         std::vector<const std::vector<float>*> values(n, nullptr);
         std::vector<double> weights(n, 0.0);
@@ -294,23 +278,20 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
           if (!got[i] || static_cast<int64_t>(got[i]->values.size()) != mine[c].size()) continue;
           values[i] = &got[i]->values;
           weights[i] = got[i]->weight;
-          used[i] = got[i]->nonce;
           contributor_hashes[members[i].peer_id] = got[i]->params_hash;
         }
         std::vector<float> mean = weighted_mean(values, weights, mine[c].size());
-        std::copy(mean.begin(), mean.end(), reduced.values.begin() + (mine[c].begin - parts[me].begin));
-        reduced.used.push_back(std::move(used));
+        std::copy(mean.begin(), mean.end(), reduced.begin() + (mine[c].begin - parts[me].begin));
       }
       cached = reduced_by_group.emplace(digest, std::move(reduced)).first;
     }
     for (const auto& [id, h] : contributor_hashes) hashes[id] = h;
-    const std::vector<float>& reduced = cached->second.values;
-    const auto& reduced_used = cached->second.used;
+    const std::vector<float>& reduced = cached->second;
 
     // All-gather.
-    SWARM_RETURN_IF_ERROR(send_all(
-        1, [&](ElementRange r) { return std::span<const float>(reduced).subspan(r.begin - parts[me].begin, r.size()); },
-        [&](size_t c) -> const std::vector<uint64_t>& { return reduced_used[c]; }));
+    SWARM_RETURN_IF_ERROR(send_all(1, [&](ElementRange r) {
+      return std::span<const float>(reduced).subspan(r.begin - parts[me].begin, r.size());
+    }));
     inbox.wait_until(std::min(round_deadline, Clock::now() + seconds(wait_seconds)), [&] {
       for (int j = 0; j < n; ++j) {
         if (j == me || failed.count(j)) continue;  // an owner we could not reach sends nothing
@@ -327,10 +308,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
       if (j == me) continue;
       for (size_t c = 0; c < chunks[j].size(); ++c) {
         auto part = inbox.take({digest, 1, j, static_cast<int>(c), j});
-        // A part built from another run's contribution of ours is from another run of this step.
-        const bool stale = part && static_cast<int>(part->used.size()) == n && part->used[me] != 0 &&
-                           part->used[me] != my_nonce;
-        if (!part || stale || static_cast<int64_t>(part->values.size()) != chunks[j][c].size()) {
+        if (!part || static_cast<int64_t>(part->values.size()) != chunks[j][c].size()) {
           complete = false;
           failed.insert(j);
           continue;

@@ -19,7 +19,7 @@ std::string ProgressRecord::to_json() const {
                         {"samples", samples},     {"samples_per_s", samples_per_second},
                         {"time", published_at},   {"averaging", averaging},
                         {"hash", hex64(params_hash)}, {"hashes", hashes},
-                        {"mates", stage_mates_seen}}
+                        {"mates", stage_mates_seen}, {"nonce", hex64(round_nonce)}}
       .dump();
 }
 
@@ -38,6 +38,7 @@ Result<ProgressRecord> ProgressRecord::from_json(const std::string& text) {
     r.published_at = j.at("time").get<double>();
     r.averaging = j.value("averaging", false);
     r.stage_mates_seen = j.value("mates", 0);
+    SWARM_ASSIGN_OR_RETURN(r.round_nonce, parse_hex64(j.value("nonce", "0")));
     SWARM_ASSIGN_OR_RETURN(r.params_hash, parse_hex64(j.value("hash", "0")));
     if (j.contains("hashes")) {
       for (const auto& entry : j.at("hashes")) {

@@ -34,6 +34,7 @@ struct ProgressRecord {
   double published_at = 0;  // on the registry's clock
   bool averaging = false;   // it has joined the round that ends `step`
   uint64_t params_hash = 0; // content hash of its parameters at `step`
+  uint64_t round_nonce = 0;  // fresh per round this peer joins; see AllReduceMember
   int stage_mates_seen = 0; // fresh stage-mates in its own view: a joining swarm waits until all see all
   // Recent (step, params hash) pairs, newest last, so an observer that polls
   // less often than peers step still sees every step's hash.

@@ -558,6 +558,7 @@ class Peer {
     r.samples = samples_override >= 0 ? samples_override : accumulated_samples_;
     r.params_hash = params_hash_;
     r.recent_hashes.assign(recent_hashes_.begin(), recent_hashes_.end());
+    r.round_nonce = averaging ? round_nonce_ : 0;
     r.stage_mates_seen = static_cast<int>(stage_progress_.size());
     return r;
   }
@@ -681,12 +682,7 @@ class Peer {
     if (donors.empty()) {
       // Nobody holds other state. After a bad round, wait for stage-mates still
       // finishing theirs before concluding this state is the stage's.
-      // Bounded: a stage-mate that stays "in the round" longer than a record lives is stuck or gone.
-      if (needs_resync_ && stage_mate_catching_up) {
-        if (catching_up_since_ < 0) catching_up_since_ = now;
-        if (now - catching_up_since_ < config_.progress_stale_seconds) return;
-      }
-      catching_up_since_ = -1;
+      if (needs_resync_ && stage_mate_catching_up) return;
       const bool was_resyncing = needs_resync_;
       needs_resync_ = false;
       set_serving(true);
@@ -770,6 +766,7 @@ class Peer {
       hash_before = params_hash_;
     }
     // Join, and wait for the stage-mates that are at this step to join too.
+    round_nonce_ = nonce_source_.next() | 1;  // never 0, which means "not seen"
     (void)publish_progress(true, weight);
     const auto gather_until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double>(config_.gather_timeout_seconds));
@@ -797,9 +794,9 @@ class Peer {
     round.my_id = config_.peer_id;
     round.weight = static_cast<double>(weight);
     round.params_hash = hash_before;
-    round.members.push_back({config_.peer_id, address()});
+    round.members.push_back({config_.peer_id, address(), round_nonce_});
     for (const auto& r : round_members(stage_progress_, step, registry_->now(), config_.progress_stale_seconds)) {
-      round.members.push_back({r.peer_id, r.address});
+      round.members.push_back({r.peer_id, r.address, r.averaging ? r.round_nonce : 0});
     }
     AllReduceHooks hooks;
     if (config_.test_die_after_allreduce_sends > 0) {
@@ -896,7 +893,9 @@ class Peer {
   int64_t accumulated_microbatches_ = 0;
   std::atomic<bool> serving_{false};
   bool needs_resync_ = false;
-  double catching_up_since_ = -1;  // sync thread only
+  uint64_t round_nonce_ = 0;  // sync thread (and own_progress under it)
+  SplitMix64 nonce_source_{static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                           std::hash<std::string>{}(config_.peer_id)};
   int64_t progress_reads_ = 0;  // sync thread only  // sync thread only: a round failed or this replica diverged
   std::atomic<bool> dead_{false};
   AllReduceInbox inbox_;

@@ -196,33 +196,6 @@ TEST_CASE("of two members, the one left alone drops the round instead of steppin
   CHECK(r.status().message().find("not a majority") != std::string::npos);
 }
 
-TEST_CASE("an averaged part left over from another run of the same step is never used") {
-  std::vector<std::unique_ptr<Member>> members;
-  for (const char* id : {"stale0", "stale1"}) members.push_back(std::make_unique<Member>(id));
-  std::vector<AllReduceMember> group;
-  for (auto& m : members) group.push_back({m->id, m->address()});
-  std::vector<float> g0{1, 1, 1, 1}, g1{3, 3, 3, 3};
-  // stale1's part (elements 2..3) from an earlier run, built on another contribution of stale0's.
-  std::vector<float> old_values{100, 100};
-  auto old = all_reduce_detail::encode_part(0, group_digest(9, group), 9, 1, 1, 0, 1, "stale1", 1.0, 7, old_values,
-                                            0x1234, {0x5555, 0x1234});
-  auto decoded = wire::decode_message(old->views(), wire::Limits{});
-  REQUIRE(members[0]->inbox.deliver(*decoded).is_ok());
-  AllReduceConfig config;
-  config.part_timeout_seconds = 0.5;
-  auto second = std::async(std::launch::async, [&] {
-    AllReduceRound round{0, 9, "stale1", group, 1, 7};
-    return butterfly_all_reduce(members[1]->clients, members[1]->inbox, round, g1, config);
-  });
-  AllReduceRound round{0, 9, "stale0", group, 1, 7};
-  auto first = butterfly_all_reduce(members[0]->clients, members[0]->inbox, round, g0, config);
-  auto other = second.get();
-  REQUIRE_MESSAGE(first.is_ok(), first.status().to_string());
-  REQUIRE_MESSAGE(other.is_ok(), other.status().to_string());
-  CHECK(first->averaged == std::vector<float>{2, 2, 2, 2});
-  CHECK(first->averaged == other->averaged);
-}
-
 TEST_CASE("a group of one returns its own mean at once") {
   Member solo("solo");
   std::vector<float> g{1, 2, 3};
