@@ -682,7 +682,12 @@ class Peer {
     if (donors.empty()) {
       // Nobody holds other state. After a bad round, wait for stage-mates still
       // finishing theirs before concluding this state is the stage's.
-      if (needs_resync_ && stage_mate_catching_up) return;
+      // Bounded: a stage-mate that stays "in the round" longer than a record lives is stuck or gone.
+      if (needs_resync_ && stage_mate_catching_up) {
+        if (catching_up_since_ < 0) catching_up_since_ = now;
+        if (now - catching_up_since_ < config_.progress_stale_seconds) return;
+      }
+      catching_up_since_ = -1;
       const bool was_resyncing = needs_resync_;
       needs_resync_ = false;
       set_serving(true);
@@ -812,11 +817,13 @@ class Peer {
     }
     if (!result.is_ok()) {
       log_warn("peer {}: round of step {} failed: {}", config_.peer_id, step, result.status().to_string());
-      std::lock_guard lock(stats_mu_);
-      ++stats_.rounds_failed;
-      stats_.lost_samples += weight;
+      {
+        std::lock_guard lock(stats_mu_);
+        ++stats_.rounds_failed;
+        stats_.lost_samples += weight;
+      }
       needs_resync_ = true;
-      set_serving(false);  // the stage-mates that finished hold the stage's state now
+      set_serving(false);  // the stage-mates that finished hold the stage's state now (takes stats_mu_)
       return;
     }
     const uint64_t consensus = consensus_hash(result->params_hashes);
@@ -893,6 +900,7 @@ class Peer {
   int64_t accumulated_microbatches_ = 0;
   std::atomic<bool> serving_{false};
   bool needs_resync_ = false;
+  double catching_up_since_ = -1;  // sync thread only
   uint64_t round_nonce_ = 0;  // sync thread (and own_progress under it)
   SplitMix64 nonce_source_{static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
                            std::hash<std::string>{}(config_.peer_id)};
