@@ -2,12 +2,20 @@
 //
 // A backend opts in explicitly with `using backend_concept = swarm::backend_t;`
 // (a type with the right member names but no tag is not a backend), names its
-// Device and stream type, and provides the op set as static functions that take
-// device pointers and the stream last. Model code is written once against
-// this concept and instantiated per backend.
+// Device, its stream type and its value_type (the element type of activations
+// and of the weights it computes with: float on the CPU, bf16 or float on
+// CUDA), and provides the op set as static functions that take device pointers
+// and the stream last. Parameter gradients, LayerNorm statistics, losses and
+// the attention scratch are always float, so gradients accumulate over
+// microbatches without bf16 rounding and the optimizer keeps fp32 master
+// weights. Model code is written once against this concept.
+//
+// Ops may run asynchronously on the stream; a failure is reported by the next
+// synchronize(), which returns the first error since the last one.
 //
 //   template <swarm::Backend B>
-//   void project(float* y, const float* x, const float* w, int N, int C, int OC,
+//   void project(typename B::value_type* y, const typename B::value_type* x,
+//                const typename B::value_type* w, int N, int C, int OC,
 //                typename B::stream_type stream) {
 //     B::matmul_forward(y, x, w, nullptr, N, C, OC, stream);
 //   }
@@ -16,6 +24,7 @@
 #include <concepts>
 #include <cstdint>
 
+#include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
 
 namespace swarm {
@@ -26,23 +35,29 @@ template <typename B>
 concept Backend =
     std::same_as<typename B::backend_concept, backend_t> &&
     std::same_as<std::remove_cvref_t<decltype(B::device)>, Device> &&
-    requires(float* f, const float* cf, const int32_t* ci, int n, int64_t n64,
-             typename B::stream_type stream) {
-      { B::embedding_forward(f, ci, cf, cf, n, n, n, stream) };
-      { B::embedding_backward(f, f, cf, ci, n, n, n, stream) };
-      { B::layernorm_forward(f, f, f, cf, cf, cf, n, n, stream) };
-      { B::layernorm_backward(f, f, f, cf, cf, cf, cf, cf, n, n, stream) };
-      { B::matmul_forward(f, cf, cf, cf, n, n, n, stream) };
-      { B::matmul_backward(f, f, f, cf, cf, cf, n, n, n, stream) };
-      { B::gelu_forward(f, cf, n64, stream) };
-      { B::gelu_backward(f, cf, cf, n64, stream) };
-      { B::attention_forward(f, f, cf, n, n, n, n, stream) };
-      { B::attention_backward(f, cf, cf, cf, n, n, n, n, stream) };
-      { B::residual_forward(f, cf, cf, n64, stream) };
-      { B::accumulate(f, cf, n64, stream) };
+    requires(typename B::value_type* x, const typename B::value_type* cx, float* f, const float* cf,
+             const int32_t* ci, int n, int64_t n64, typename B::stream_type stream) {
+      { B::initialize() } -> std::same_as<Status>;
+      // Activations and compute weights <-> float (the wire and the master weights).
+      { B::to_values(x, cf, n64, stream) };
+      { B::to_floats(f, cx, n64, stream) };
+      { B::embedding_forward(x, ci, cx, cx, n, n, n, n, stream) };
+      { B::embedding_backward(f, f, cx, ci, n, n, n, n, stream) };
+      { B::layernorm_forward(x, f, f, cx, cx, cx, n, n, stream) };
+      { B::layernorm_backward(x, f, f, cx, cx, cx, cf, cf, n, n, stream) };
+      { B::matmul_forward(x, cx, cx, cx, n, n, n, stream) };
+      { B::matmul_backward(x, f, f, cx, cx, cx, n, n, n, stream) };
+      { B::gelu_forward(x, cx, n64, stream) };
+      { B::gelu_backward(x, cx, cx, n64, stream) };
+      { B::attention_scratch_floats(n, n, n) } -> std::same_as<int64_t>;
+      { B::attention_forward(x, f, cx, n, n, n, n, stream) };
+      { B::attention_backward(x, f, cx, cx, cx, n, n, n, n, stream) };
+      { B::residual_forward(x, cx, cx, n64, stream) };
+      { B::accumulate(x, cx, n64, stream) };
+      { B::fill_zero(x, n64, stream) };
       { B::fill_zero(f, n64, stream) };
-      { B::cross_entropy_forward_backward(f, f, cf, ci, n, n, 1.0f, stream) };
-      { B::synchronize(stream) };
+      { B::cross_entropy_forward_backward(f, x, cx, ci, n, n, 1.0f, stream) };
+      { B::synchronize(stream) } -> std::same_as<Status>;
     };
 
 }  // namespace swarm

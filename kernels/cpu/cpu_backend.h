@@ -3,7 +3,7 @@
 // The stream is a no-op token: CPU kernels finish before they return.
 //
 //   static_assert(swarm::Backend<swarm::CpuBackend>);
-//   swarm::CpuBackend::matmul_forward(y, x, w, b, N, C, OC, swarm::CpuBackend::stream_type{});
+//   swarm::CpuBackend::matmul_forward(y, x, w, b, N, C, OC, swarm::CpuStream{});
 #pragma once
 
 #include <cstring>
@@ -18,14 +18,20 @@ struct CpuStream {};
 struct CpuBackend {
   using backend_concept = backend_t;
   using stream_type = CpuStream;
+  using value_type = float;
   static constexpr Device device = Device::cpu;
 
+  static Status initialize() { return Status::ok(); }
+  static void to_values(float* dst, const float* src, int64_t n, CpuStream) { copy(dst, src, n); }
+  static void to_floats(float* dst, const float* src, int64_t n, CpuStream) { copy(dst, src, n); }
+
   static void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                const float* wpe, int B, int T, int C, CpuStream) {
+                                const float* wpe, int B, int T, int C, int /*V: tokens are validated*/,
+                                CpuStream) {
     cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
   }
   static void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                 const int32_t* tokens, int B, int T, int C, CpuStream) {
+                                 const int32_t* tokens, int B, int T, int C, int /*V*/, CpuStream) {
     cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
   static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -53,12 +59,16 @@ struct CpuBackend {
                             CpuStream) {
     cpu::gelu_backward(dinp, inp, dout, n);
   }
+  // The scratch keeps the softmax probabilities [B, NH, T, T] for backward.
+  static int64_t attention_scratch_floats(int B, int T, int NH) {
+    return int64_t{B} * NH * T * T;
+  }
   static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                 int NH, CpuStream) {
     cpu::attention_forward(out, att, qkv, B, T, C, NH);
   }
-  static void attention_backward(float* dqkv, const float* dout, const float* qkv,
-                                 const float* att, int B, int T, int C, int NH, CpuStream) {
+  static void attention_backward(float* dqkv, float* att, const float* dout, const float* qkv,
+                                 const float* /*out*/, int B, int T, int C, int NH, CpuStream) {
     cpu::attention_backward(dqkv, dout, qkv, att, B, T, C, NH);
   }
   static void residual_forward(float* out, const float* a, const float* b, int64_t n, CpuStream) {
@@ -75,7 +85,12 @@ struct CpuBackend {
                                              float dloss_scale, CpuStream) {
     cpu::cross_entropy_forward_backward(losses, dlogits, logits, targets, N, V, dloss_scale);
   }
-  static void synchronize(CpuStream) {}
+  static Status synchronize(CpuStream) { return Status::ok(); }
+
+ private:
+  static void copy(float* dst, const float* src, int64_t n) {
+    if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
 };
 
 static_assert(Backend<CpuBackend>);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "models/gpt/gpt_stage.h"
 #include "models/gpt/init.h"
@@ -14,6 +15,12 @@ namespace swarm::gpt {
 
 template <Backend B>
 struct GptStage<B>::State {
+  // Activations and the weights the kernels read are value_type (float or
+  // bf16); master weights, gradients and statistics stay float.
+  using X = typename B::value_type;
+  static constexpr bool kFloatValues = std::is_same_v<X, float>;
+  static constexpr DType kValueDType = dtype_of_v<X>;
+
   struct BlockParams {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
   };
@@ -44,6 +51,10 @@ struct GptStage<B>::State {
   uint64_t use_clock = 0;
   uint64_t recomputed = 0;
   std::vector<Parameter> params;
+  // value_type copies of the master weights, refreshed before a forward
+  // whenever the masters may have changed (unused when value_type is float).
+  std::vector<Tensor> compute_values;
+  bool compute_values_stale = true;
   int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, head = -1;
   std::vector<BlockParams> blocks;
 
@@ -115,7 +126,58 @@ struct GptStage<B>::State {
 
   float* value(int index) { return params[index].value.template data<float>(); }
   float* grad(int index) { return params[index].grad.template data<float>(); }
-  static float* f(const Tensor& t) { return t.template data<float>(); }
+  // The weights the kernels compute with.
+  const X* w(int index) {
+    if constexpr (kFloatValues) {
+      return value(index);
+    } else {
+      return compute_values[index].template data<X>();
+    }
+  }
+  static X* f(const Tensor& t) { return t.template data<X>(); }
+  static float* stat(const Tensor& t) { return t.template data<float>(); }
+
+  Status refresh_compute_values() {
+    if constexpr (!kFloatValues) {
+      if (!compute_values_stale) return Status::ok();
+      compute_values.resize(params.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        Tensor& c = compute_values[i];
+        if (!c.defined() || c.shape() != params[i].value.shape()) {
+          SWARM_ASSIGN_OR_RETURN(c, Tensor::empty(params[i].value.shape(), kValueDType, B::device));
+        }
+        B::to_values(c.template data<X>(), value(static_cast<int>(i)), c.numel(), stream);
+      }
+      compute_values_stale = false;
+    }
+    return Status::ok();
+  }
+
+  // A host f32 tensor into a device value_type buffer of the same size.
+  Status upload_floats(const TensorView& host, Tensor& dst) {
+    if constexpr (kFloatValues) {
+      return dst.copy_from(host);
+    } else {
+      SWARM_ASSIGN_OR_RETURN(Tensor staged, Tensor::copy_of(host, B::device));
+      B::to_values(f(dst), staged.template data<float>(), staged.numel(), stream);
+      return B::synchronize(stream);  // `staged` is freed on return
+    }
+  }
+
+  // A device value_type buffer as a host f32 tensor of `shape`.
+  Result<Tensor> download_floats(const X* src, const Shape& shape) {
+    SWARM_ASSIGN_OR_RETURN(Tensor host, Tensor::empty(shape, DType::f32, Device::cpu));
+    if constexpr (kFloatValues) {
+      SWARM_RETURN_IF_ERROR(B::synchronize(stream));
+      SWARM_RETURN_IF_ERROR(host.copy_from(TensorView(const_cast<X*>(src), DType::f32, shape, B::device)));
+    } else {
+      SWARM_ASSIGN_OR_RETURN(Tensor staged, Tensor::empty(shape, DType::f32, B::device));
+      B::to_floats(staged.template data<float>(), src, staged.numel(), stream);
+      SWARM_RETURN_IF_ERROR(B::synchronize(stream));
+      SWARM_RETURN_IF_ERROR(host.copy_from(staged));
+    }
+    return host;
+  }
 
   int add_param(const std::string& name, Shape shape, InitKind kind, float stddev, uint64_t seed,
                 Status* status) {
@@ -136,7 +198,7 @@ struct GptStage<B>::State {
     seq = 0;
     forward_done = false;
     const int64_t N = static_cast<int64_t>(B_) * T_, C = config.d_model, V = config.vocab_size;
-    auto make = [&](Tensor* t, Shape shape, DType dtype = DType::f32) -> Status {
+    auto make = [&](Tensor* t, Shape shape, DType dtype = kValueDType) -> Status {
       SWARM_ASSIGN_OR_RETURN(*t, Tensor::empty(shape, dtype, B::device));
       return Status::ok();
     };
@@ -147,16 +209,16 @@ struct GptStage<B>::State {
     acts.resize(static_cast<size_t>(config.layer_repeat) * layout.num_layers());
     for (auto& a : acts) {
       SWARM_RETURN_IF_ERROR(make(&a.ln1, Shape{N, C}));
-      SWARM_RETURN_IF_ERROR(make(&a.ln1_mean, Shape{N}));
-      SWARM_RETURN_IF_ERROR(make(&a.ln1_rstd, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&a.ln1_mean, Shape{N}, DType::f32));
+      SWARM_RETURN_IF_ERROR(make(&a.ln1_rstd, Shape{N}, DType::f32));
       SWARM_RETURN_IF_ERROR(make(&a.qkv, Shape{N, 3 * C}));
-      SWARM_RETURN_IF_ERROR(make(&a.att, Shape{B_, config.n_heads, T_, T_}));
+      SWARM_RETURN_IF_ERROR(make(&a.att, Shape{B::attention_scratch_floats(B_, T_, config.n_heads)}, DType::f32));
       SWARM_RETURN_IF_ERROR(make(&a.atty, Shape{N, C}));
       SWARM_RETURN_IF_ERROR(make(&a.attproj, Shape{N, C}));
       SWARM_RETURN_IF_ERROR(make(&a.res2, Shape{N, C}));
       SWARM_RETURN_IF_ERROR(make(&a.ln2, Shape{N, C}));
-      SWARM_RETURN_IF_ERROR(make(&a.ln2_mean, Shape{N}));
-      SWARM_RETURN_IF_ERROR(make(&a.ln2_rstd, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&a.ln2_mean, Shape{N}, DType::f32));
+      SWARM_RETURN_IF_ERROR(make(&a.ln2_rstd, Shape{N}, DType::f32));
       SWARM_RETURN_IF_ERROR(make(&a.fch, Shape{N, 4 * C}));
       SWARM_RETURN_IF_ERROR(make(&a.fch_gelu, Shape{N, 4 * C}));
       SWARM_RETURN_IF_ERROR(make(&a.fcproj, Shape{N, C}));
@@ -164,10 +226,10 @@ struct GptStage<B>::State {
     }
     if (layout.has_head()) {
       SWARM_RETURN_IF_ERROR(make(&lnf, Shape{N, C}));
-      SWARM_RETURN_IF_ERROR(make(&lnf_mean, Shape{N}));
-      SWARM_RETURN_IF_ERROR(make(&lnf_rstd, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&lnf_mean, Shape{N}, DType::f32));
+      SWARM_RETURN_IF_ERROR(make(&lnf_rstd, Shape{N}, DType::f32));
       SWARM_RETURN_IF_ERROR(make(&logits, Shape{N, V}));
-      SWARM_RETURN_IF_ERROR(make(&losses, Shape{N}));
+      SWARM_RETURN_IF_ERROR(make(&losses, Shape{N}, DType::f32));
       SWARM_RETURN_IF_ERROR(make(&dlogits, Shape{N, V}));
       SWARM_RETURN_IF_ERROR(make(&dlnf, Shape{N, C}));
     }
@@ -184,48 +246,48 @@ struct GptStage<B>::State {
   }
 
   // The input of application `app`: the stage input, or the previous block's output.
-  const float* block_input(size_t app) {
+  const X* block_input(size_t app) {
     if (app > 0) return f(acts[app - 1].res3);
     return layout.has_embedding() ? f(embedded) : f(input);
   }
-  const float* stage_output() { return acts.empty() ? block_input(0) : f(acts.back().res3); }
+  const X* stage_output() { return acts.empty() ? block_input(0) : f(acts.back().res3); }
 
-  void block_forward(const float* x, BlockActivations& a, const BlockParams& p) {
+  void block_forward(const X* x, BlockActivations& a, const BlockParams& p) {
     const int N = batch * seq, C = config.d_model, NH = config.n_heads;
-    B::layernorm_forward(f(a.ln1), f(a.ln1_mean), f(a.ln1_rstd), x, value(p.ln1_w), value(p.ln1_b), N, C, stream);
-    B::matmul_forward(f(a.qkv), f(a.ln1), value(p.qkv_w), value(p.qkv_b), N, C, 3 * C, stream);
-    B::attention_forward(f(a.atty), f(a.att), f(a.qkv), batch, seq, C, NH, stream);
-    B::matmul_forward(f(a.attproj), f(a.atty), value(p.proj_w), value(p.proj_b), N, C, C, stream);
+    B::layernorm_forward(f(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, w(p.ln1_w), w(p.ln1_b), N, C, stream);
+    B::matmul_forward(f(a.qkv), f(a.ln1), w(p.qkv_w), w(p.qkv_b), N, C, 3 * C, stream);
+    B::attention_forward(f(a.atty), stat(a.att), f(a.qkv), batch, seq, C, NH, stream);
+    B::matmul_forward(f(a.attproj), f(a.atty), w(p.proj_w), w(p.proj_b), N, C, C, stream);
     B::residual_forward(f(a.res2), x, f(a.attproj), int64_t{N} * C, stream);
-    B::layernorm_forward(f(a.ln2), f(a.ln2_mean), f(a.ln2_rstd), f(a.res2), value(p.ln2_w), value(p.ln2_b), N, C, stream);
-    B::matmul_forward(f(a.fch), f(a.ln2), value(p.fc_w), value(p.fc_b), N, C, 4 * C, stream);
+    B::layernorm_forward(f(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), f(a.res2), w(p.ln2_w), w(p.ln2_b), N, C, stream);
+    B::matmul_forward(f(a.fch), f(a.ln2), w(p.fc_w), w(p.fc_b), N, C, 4 * C, stream);
     B::gelu_forward(f(a.fch_gelu), f(a.fch), int64_t{N} * 4 * C, stream);
-    B::matmul_forward(f(a.fcproj), f(a.fch_gelu), value(p.fcproj_w), value(p.fcproj_b), N, 4 * C, C, stream);
+    B::matmul_forward(f(a.fcproj), f(a.fch_gelu), w(p.fcproj_w), w(p.fcproj_b), N, 4 * C, C, stream);
     B::residual_forward(f(a.res3), f(a.res2), f(a.fcproj), int64_t{N} * C, stream);
   }
 
   // d holds dL/d(block output) and is consumed; dx receives dL/d(block input).
-  void block_backward(const float* x, BlockActivations& a, const BlockParams& p, float* d, float* dx) {
+  void block_backward(const X* x, BlockActivations& a, const BlockParams& p, X* d, X* dx) {
     const int N = batch * seq, C = config.d_model, NH = config.n_heads;
     const int64_t NC = int64_t{N} * C;
     B::fill_zero(f(dfch_gelu), NC * 4, stream);
-    B::matmul_backward(f(dfch_gelu), grad(p.fcproj_w), grad(p.fcproj_b), d, f(a.fch_gelu), value(p.fcproj_w), N, 4 * C, C, stream);
+    B::matmul_backward(f(dfch_gelu), grad(p.fcproj_w), grad(p.fcproj_b), d, f(a.fch_gelu), w(p.fcproj_w), N, 4 * C, C, stream);
     B::fill_zero(f(dfch), NC * 4, stream);
     B::gelu_backward(f(dfch), f(a.fch), f(dfch_gelu), NC * 4, stream);
     B::fill_zero(f(dln), NC, stream);
-    B::matmul_backward(f(dln), grad(p.fc_w), grad(p.fc_b), f(dfch), f(a.ln2), value(p.fc_w), N, C, 4 * C, stream);
+    B::matmul_backward(f(dln), grad(p.fc_w), grad(p.fc_b), f(dfch), f(a.ln2), w(p.fc_w), N, C, 4 * C, stream);
     // res3 = res2 + fcproj, so d becomes dL/d(res2) once LN2's gradient is added.
-    B::layernorm_backward(d, grad(p.ln2_w), grad(p.ln2_b), f(dln), f(a.res2), value(p.ln2_w), f(a.ln2_mean), f(a.ln2_rstd), N, C, stream);
+    B::layernorm_backward(d, grad(p.ln2_w), grad(p.ln2_b), f(dln), f(a.res2), w(p.ln2_w), stat(a.ln2_mean), stat(a.ln2_rstd), N, C, stream);
     B::fill_zero(f(datty), NC, stream);
-    B::matmul_backward(f(datty), grad(p.proj_w), grad(p.proj_b), d, f(a.atty), value(p.proj_w), N, C, C, stream);
+    B::matmul_backward(f(datty), grad(p.proj_w), grad(p.proj_b), d, f(a.atty), w(p.proj_w), N, C, C, stream);
     B::fill_zero(f(dqkv), NC * 3, stream);
-    B::attention_backward(f(dqkv), f(datty), f(a.qkv), f(a.att), batch, seq, C, NH, stream);
+    B::attention_backward(f(dqkv), stat(a.att), f(datty), f(a.qkv), f(a.atty), batch, seq, C, NH, stream);
     B::fill_zero(f(dln), NC, stream);
-    B::matmul_backward(f(dln), grad(p.qkv_w), grad(p.qkv_b), f(dqkv), f(a.ln1), value(p.qkv_w), N, C, 3 * C, stream);
+    B::matmul_backward(f(dln), grad(p.qkv_w), grad(p.qkv_b), f(dqkv), f(a.ln1), w(p.qkv_w), N, C, 3 * C, stream);
     // res2 = x + attproj: dx = dres2 + LN1's input gradient.
     B::fill_zero(dx, NC, stream);
     B::accumulate(dx, d, NC, stream);
-    B::layernorm_backward(dx, grad(p.ln1_w), grad(p.ln1_b), f(dln), x, value(p.ln1_w), f(a.ln1_mean), f(a.ln1_rstd), N, C, stream);
+    B::layernorm_backward(dx, grad(p.ln1_w), grad(p.ln1_b), f(dln), x, w(p.ln1_w), stat(a.ln1_mean), stat(a.ln1_rstd), N, C, stream);
   }
 };
 
@@ -240,6 +302,7 @@ Result<GptStage<B>> GptStage<B>::create(const GptConfig& config, const StageLayo
                             layout.stage_index, layout.num_stages, layout.first_layer,
                             layout.end_layer, config.n_layers);
   }
+  SWARM_RETURN_IF_ERROR(B::initialize());
   auto state = std::make_unique<State>();
   state->config = config;
   state->layout = layout;
@@ -294,12 +357,16 @@ const GptConfig& GptStage<B>::config() const { return state_->config; }
 template <Backend B>
 const StageLayout& GptStage<B>::layout() const { return state_->layout; }
 template <Backend B>
-std::vector<Parameter>& GptStage<B>::parameters() { return state_->params; }
+std::vector<Parameter>& GptStage<B>::parameters() {
+  state_->compute_values_stale = true;  // the caller may write the masters
+  return state_->params;
+}
 template <Backend B>
 const std::vector<Parameter>& GptStage<B>::parameters() const { return state_->params; }
 
 template <Backend B>
 std::vector<StageParameterView> GptStage<B>::parameter_views() {
+  state_->compute_values_stale = true;
   std::vector<StageParameterView> views;
   for (auto& p : state_->params) views.push_back({p.name, p.value, p.grad, p.apply_weight_decay});
   return views;
@@ -308,7 +375,7 @@ std::vector<StageParameterView> GptStage<B>::parameter_views() {
 template <Backend B>
 Status GptStage<B>::zero_grad() {
   for (auto& p : state_->params) B::fill_zero(p.grad.template data<float>(), p.grad.numel(), state_->stream);
-  return Status::ok();
+  return B::synchronize(state_->stream);
 }
 
 template <Backend B>
@@ -329,16 +396,18 @@ Result<Tensor> GptStage<B>::forward(const TensorView& in, const TensorView* targ
   }
   s.park_active();
   SWARM_RETURN_IF_ERROR(s.ensure_buffers(batch, seq));
+  SWARM_RETURN_IF_ERROR(s.refresh_compute_values());
   s.forward_done = false;
   s.fingerprint = input_fingerprint(in, targets);
   const int N = batch * seq, C = cfg.d_model, V = cfg.vocab_size;
+  using X = typename State::X;
 
   if (s.layout.has_embedding()) {
     SWARM_RETURN_IF_ERROR(s.tokens.copy_from(*in.reshaped(Shape{N})));
-    B::embedding_forward(State::f(s.embedded), s.tokens.template data<int32_t>(), s.value(s.wte),
-                         s.value(s.wpe), batch, seq, C, s.stream);
+    B::embedding_forward(State::f(s.embedded), s.tokens.template data<int32_t>(), s.w(s.wte),
+                         s.w(s.wpe), batch, seq, C, V, s.stream);
   } else {
-    SWARM_RETURN_IF_ERROR(s.input.copy_from(*in.reshaped(Shape{N, C})));
+    SWARM_RETURN_IF_ERROR(s.upload_floats(*in.reshaped(Shape{N, C}), s.input));
   }
   // Layer sharing applies each block layer_repeat times in a row, so a split
   // model is the same function as the unsplit one.
@@ -347,40 +416,43 @@ Result<Tensor> GptStage<B>::forward(const TensorView& in, const TensorView* targ
     s.block_forward(s.block_input(app), s.acts[app], s.blocks[app / repeat]);
   }
   s.have_targets = targets != nullptr;
-  s.forward_done = true;
 
   if (!s.layout.has_head()) {
-    SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(Shape{batch, seq, C}, DType::f32, Device::cpu));
-    SWARM_RETURN_IF_ERROR(out.copy_from(TensorView(const_cast<float*>(s.stage_output()), DType::f32,
-                                                   Shape{batch, seq, C}, B::device)));
+    auto out = s.download_floats(s.stage_output(), Shape{batch, seq, C});
+    if (out.is_ok()) s.forward_done = true;
     return out;
   }
-  B::layernorm_forward(State::f(s.lnf), State::f(s.lnf_mean), State::f(s.lnf_rstd), s.stage_output(),
-                       s.value(s.lnf_w), s.value(s.lnf_b), N, C, s.stream);
-  B::matmul_forward(State::f(s.logits), State::f(s.lnf), s.value(s.head), nullptr, N, C, V, s.stream);
+  B::layernorm_forward(State::f(s.lnf), State::stat(s.lnf_mean), State::stat(s.lnf_rstd), s.stage_output(),
+                       s.w(s.lnf_w), s.w(s.lnf_b), N, C, s.stream);
+  B::matmul_forward(State::f(s.logits), State::f(s.lnf), s.w(s.head), static_cast<const X*>(nullptr), N, C, V,
+                    s.stream);
   if (targets == nullptr) {
-    SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::copy_of(s.logits, Device::cpu));
-    return *out.reshaped(Shape{batch, seq, V});
+    auto out = s.download_floats(State::f(s.logits), Shape{batch, seq, V});
+    if (out.is_ok()) s.forward_done = true;
+    return out;
   }
   SWARM_RETURN_IF_ERROR(s.targets.copy_from(*targets->reshaped(Shape{N})));
-  B::cross_entropy_forward_backward(State::f(s.losses), nullptr, State::f(s.logits),
+  B::cross_entropy_forward_backward(State::stat(s.losses), static_cast<X*>(nullptr), State::f(s.logits),
                                     s.targets.template data<int32_t>(), N, V, 0.0f, s.stream);
+  SWARM_RETURN_IF_ERROR(B::synchronize(s.stream));
   SWARM_ASSIGN_OR_RETURN(Tensor host_losses, Tensor::copy_of(s.losses, Device::cpu));
   double total = 0;
   for (float l : host_losses.template span<float>()) total += l;
   SWARM_ASSIGN_OR_RETURN(Tensor loss, Tensor::empty(Shape{1}, DType::f32, Device::cpu));
   loss.template data<float>()[0] = static_cast<float>(total / N);
+  s.forward_done = true;
   return loss;
 }
 
 template <Backend B>
 Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output) {
   State& s = *state_;
+  using X = typename State::X;
   if (!s.forward_done) return failed_precondition("backward_after_forward without a forward");
   const int N = s.batch * s.seq, C = s.config.d_model, V = s.config.vocab_size;
   const int64_t NC = int64_t{N} * C;
-  float* d = State::f(s.grad_a);
-  float* dx = State::f(s.grad_b);
+  X* d = State::f(s.grad_a);
+  X* dx = State::f(s.grad_b);
   if (s.layout.has_head()) {
     if (!s.have_targets) return failed_precondition("the last stage's backward needs targets");
     if (grad_output.dtype() != DType::f32 || grad_output.numel() != 1) {
@@ -389,21 +461,21 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
     }
     SWARM_ASSIGN_OR_RETURN(Tensor dloss, Tensor::copy_of(grad_output, Device::cpu));
     const float scale = dloss.template data<float>()[0] / static_cast<float>(N);
-    B::cross_entropy_forward_backward(State::f(s.losses), State::f(s.dlogits), State::f(s.logits),
+    B::cross_entropy_forward_backward(State::stat(s.losses), State::f(s.dlogits), State::f(s.logits),
                                       s.targets.template data<int32_t>(), N, V, scale, s.stream);
     B::fill_zero(State::f(s.dlnf), NC, s.stream);
-    B::matmul_backward(State::f(s.dlnf), s.grad(s.head), nullptr, State::f(s.dlogits),
-                       State::f(s.lnf), s.value(s.head), N, C, V, s.stream);
+    B::matmul_backward(State::f(s.dlnf), s.grad(s.head), static_cast<float*>(nullptr), State::f(s.dlogits),
+                       State::f(s.lnf), s.w(s.head), N, C, V, s.stream);
     B::fill_zero(d, NC, s.stream);
     B::layernorm_backward(d, s.grad(s.lnf_w), s.grad(s.lnf_b), State::f(s.dlnf), s.stage_output(),
-                          s.value(s.lnf_w), State::f(s.lnf_mean), State::f(s.lnf_rstd), N, C, s.stream);
+                          s.w(s.lnf_w), State::stat(s.lnf_mean), State::stat(s.lnf_rstd), N, C, s.stream);
   } else {
     SWARM_RETURN_IF_ERROR(validate_hidden(grad_output, s.config, "output gradient"));
     if (grad_output.shape()[0] != s.batch || grad_output.shape()[1] != s.seq) {
       return invalid_argument("output gradient {} does not match the forward's [{}, {}, {}]",
                               grad_output.shape().to_string(), s.batch, s.seq, C);
     }
-    SWARM_RETURN_IF_ERROR(s.grad_a.copy_from(*grad_output.reshaped(Shape{N, C})));
+    SWARM_RETURN_IF_ERROR(s.upload_floats(*grad_output.reshaped(Shape{N, C}), s.grad_a));
   }
   const int repeat = s.config.layer_repeat;
   for (size_t app = s.acts.size(); app-- > 0;) {
@@ -412,13 +484,11 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
   }
   if (s.layout.has_embedding()) {
     B::embedding_backward(s.grad(s.wte), s.grad(s.wpe), d, s.tokens.template data<int32_t>(),
-                          s.batch, s.seq, C, s.stream);
-    B::synchronize(s.stream);
+                          s.batch, s.seq, C, V, s.stream);
+    SWARM_RETURN_IF_ERROR(B::synchronize(s.stream));
     return Tensor();
   }
-  SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(Shape{s.batch, s.seq, C}, DType::f32, Device::cpu));
-  SWARM_RETURN_IF_ERROR(out.copy_from(TensorView(d, DType::f32, Shape{s.batch, s.seq, C}, B::device)));
-  return out;
+  return s.download_floats(d, Shape{s.batch, s.seq, C});
 }
 
 template <Backend B>
@@ -441,6 +511,7 @@ uint64_t GptStage<B>::recomputed_forwards() const {
 
 template <Backend B>
 void GptStage<B>::drop_cached_activations() {
+  state_->compute_values_stale = true;
   state_->forward_done = false;
   for (auto& slot : state_->parked) slot.forward_done = false;
 }
