@@ -28,3 +28,16 @@ def swarm_cc_benchmark(name, srcs, deps = [], copts = [], tags = [], **kwargs):
         tags = tags + ["benchmark", "exclusive"],
         **kwargs
     )
+
+def swarm_gpu_benchmark(name, srcs, deps = [], copts = [], tags = [], **kwargs):
+    """A GPU benchmark program with its own main(): prints ratios, or
+    "skipped: no CUDA device" and exits 0 where there is none. Run only when
+    asked for by tag (benchmark), alone (exclusive)."""
+    native.cc_test(
+        name = name,
+        srcs = srcs,
+        copts = CXX_OPTS + copts,
+        deps = deps + ["//bench/gpu:gpu_timer"],
+        tags = tags + ["benchmark", "cuda", "exclusive"],
+        **kwargs
+    )
