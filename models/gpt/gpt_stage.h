@@ -67,6 +67,12 @@ class GptStage {
   void drop_cached_activations();
   // Backwards that had to recompute their forward (the rest found it parked).
   uint64_t recomputed_forwards() const;
+  // Runs the active forward and its backward again on the inputs, targets and
+  // output gradient already on the device, with no host transfer: the stage's
+  // compute alone, for benchmarks. Gradients accumulate as usual; the output
+  // gradient buffer is reused as it was left. Needs a forward (with targets on
+  // the last stage) and, before, one backward_after_forward.
+  Status replay_resident_step();
 
  private:
   struct State;

@@ -20,6 +20,15 @@ struct GptStage<B>::State {
   using X = typename B::value_type;
   static constexpr bool kFloatValues = std::is_same_v<X, float>;
   static constexpr DType kValueDType = dtype_of_v<X>;
+  // Fused ops a backend may offer beyond the concept (the CUDA one does).
+  static constexpr bool kFusedResidualNorm =
+      requires(X* x, const X* cx, float* f, typename B::stream_type s) {
+        B::residual_layernorm_forward(x, x, f, f, cx, cx, cx, cx, 1, 1, s);
+      };
+  static constexpr bool kFusedGelu = requires(X* x, const X* cx, float* f, typename B::stream_type s) {
+    B::matmul_gelu_forward(x, x, cx, cx, cx, 1, 1, 1, s);
+    B::matmul_backward_dgelu(x, f, f, cx, cx, cx, cx, 1, 1, 1, s);
+  };
 
   struct BlockParams {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
@@ -59,6 +68,7 @@ struct GptStage<B>::State {
   std::vector<BlockParams> blocks;
 
   int batch = 0, seq = 0;
+  float dloss = 1.0f;  // the last stage's output gradient, d(loss)
   bool forward_done = false;
   bool have_targets = false;
   Tensor tokens, targets, input, embedded;
@@ -252,16 +262,75 @@ struct GptStage<B>::State {
   }
   const X* stage_output() { return acts.empty() ? block_input(0) : f(acts.back().res3); }
 
+  // The forward of the resident inputs (tokens or input, and targets when
+  // have_targets), all on the device.
+  void compute_forward() {
+    const int N = batch * seq, C = config.d_model, V = config.vocab_size;
+    if (layout.has_embedding()) {
+      B::embedding_forward(f(embedded), tokens.template data<int32_t>(), w(wte), w(wpe), batch, seq, C, V, stream);
+    }
+    // Layer sharing applies each block layer_repeat times in a row, so a split
+    // model is the same function as the unsplit one.
+    for (size_t app = 0; app < acts.size(); ++app) {
+      block_forward(block_input(app), acts[app], blocks[app / config.layer_repeat]);
+    }
+    if (!layout.has_head()) return;
+    B::layernorm_forward(f(lnf), stat(lnf_mean), stat(lnf_rstd), stage_output(), w(lnf_w), w(lnf_b), N, C, stream);
+    B::matmul_forward(f(logits), f(lnf), w(head), static_cast<const X*>(nullptr), N, C, V, stream);
+    if (have_targets) {
+      B::cross_entropy_forward_backward(stat(losses), static_cast<X*>(nullptr), f(logits),
+                                        targets.template data<int32_t>(), N, V, 0.0f, stream);
+    }
+  }
+
+  // The backward of the resident forward, from d(loss) = dloss (last stage) or
+  // the output gradient resident in grad_a; returns the input gradient (for
+  // the first stage, the embedding gradients are accumulated instead).
+  const X* compute_backward() {
+    const int N = batch * seq, C = config.d_model, V = config.vocab_size;
+    const int64_t NC = int64_t{N} * C;
+    X* d = f(grad_a);
+    X* dx = f(grad_b);
+    if (layout.has_head()) {
+      const float scale = dloss / static_cast<float>(N);
+      B::cross_entropy_forward_backward(stat(losses), f(dlogits), f(logits), targets.template data<int32_t>(), N, V,
+                                        scale, stream);
+      B::fill_zero(f(dlnf), NC, stream);
+      B::matmul_backward(f(dlnf), grad(head), static_cast<float*>(nullptr), f(dlogits), f(lnf), w(head), N, C, V,
+                         stream);
+      B::fill_zero(d, NC, stream);
+      B::layernorm_backward(d, grad(lnf_w), grad(lnf_b), f(dlnf), stage_output(), w(lnf_w), stat(lnf_mean),
+                            stat(lnf_rstd), N, C, stream);
+    }
+    for (size_t app = acts.size(); app-- > 0;) {
+      block_backward(block_input(app), acts[app], blocks[app / config.layer_repeat], d, dx);
+      std::swap(d, dx);
+    }
+    if (layout.has_embedding()) {
+      B::embedding_backward(grad(wte), grad(wpe), d, tokens.template data<int32_t>(), batch, seq, C, V, stream);
+    }
+    return d;
+  }
+
   void block_forward(const X* x, BlockActivations& a, const BlockParams& p) {
     const int N = batch * seq, C = config.d_model, NH = config.n_heads;
     B::layernorm_forward(f(a.ln1), stat(a.ln1_mean), stat(a.ln1_rstd), x, w(p.ln1_w), w(p.ln1_b), N, C, stream);
     B::matmul_forward(f(a.qkv), f(a.ln1), w(p.qkv_w), w(p.qkv_b), N, C, 3 * C, stream);
     B::attention_forward(f(a.atty), stat(a.att), f(a.qkv), batch, seq, C, NH, stream);
     B::matmul_forward(f(a.attproj), f(a.atty), w(p.proj_w), w(p.proj_b), N, C, C, stream);
-    B::residual_forward(f(a.res2), x, f(a.attproj), int64_t{N} * C, stream);
-    B::layernorm_forward(f(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), f(a.res2), w(p.ln2_w), w(p.ln2_b), N, C, stream);
-    B::matmul_forward(f(a.fch), f(a.ln2), w(p.fc_w), w(p.fc_b), N, C, 4 * C, stream);
-    B::gelu_forward(f(a.fch_gelu), f(a.fch), int64_t{N} * 4 * C, stream);
+    if constexpr (kFusedResidualNorm) {
+      B::residual_layernorm_forward(f(a.res2), f(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), x, f(a.attproj),
+                                    w(p.ln2_w), w(p.ln2_b), N, C, stream);
+    } else {
+      B::residual_forward(f(a.res2), x, f(a.attproj), int64_t{N} * C, stream);
+      B::layernorm_forward(f(a.ln2), stat(a.ln2_mean), stat(a.ln2_rstd), f(a.res2), w(p.ln2_w), w(p.ln2_b), N, C, stream);
+    }
+    if constexpr (kFusedGelu) {
+      B::matmul_gelu_forward(f(a.fch_gelu), f(a.fch), f(a.ln2), w(p.fc_w), w(p.fc_b), N, C, 4 * C, stream);
+    } else {
+      B::matmul_forward(f(a.fch), f(a.ln2), w(p.fc_w), w(p.fc_b), N, C, 4 * C, stream);
+      B::gelu_forward(f(a.fch_gelu), f(a.fch), int64_t{N} * 4 * C, stream);
+    }
     B::matmul_forward(f(a.fcproj), f(a.fch_gelu), w(p.fcproj_w), w(p.fcproj_b), N, 4 * C, C, stream);
     B::residual_forward(f(a.res3), f(a.res2), f(a.fcproj), int64_t{N} * C, stream);
   }
@@ -270,10 +339,15 @@ struct GptStage<B>::State {
   void block_backward(const X* x, BlockActivations& a, const BlockParams& p, X* d, X* dx) {
     const int N = batch * seq, C = config.d_model, NH = config.n_heads;
     const int64_t NC = int64_t{N} * C;
-    B::fill_zero(f(dfch_gelu), NC * 4, stream);
-    B::matmul_backward(f(dfch_gelu), grad(p.fcproj_w), grad(p.fcproj_b), d, f(a.fch_gelu), w(p.fcproj_w), N, 4 * C, C, stream);
-    B::fill_zero(f(dfch), NC * 4, stream);
-    B::gelu_backward(f(dfch), f(a.fch), f(dfch_gelu), NC * 4, stream);
+    if constexpr (kFusedGelu) {
+      B::matmul_backward_dgelu(f(dfch), grad(p.fcproj_w), grad(p.fcproj_b), d, f(a.fch_gelu), w(p.fcproj_w),
+                               f(a.fch), N, 4 * C, C, stream);
+    } else {
+      B::fill_zero(f(dfch_gelu), NC * 4, stream);
+      B::matmul_backward(f(dfch_gelu), grad(p.fcproj_w), grad(p.fcproj_b), d, f(a.fch_gelu), w(p.fcproj_w), N, 4 * C, C, stream);
+      B::fill_zero(f(dfch), NC * 4, stream);
+      B::gelu_backward(f(dfch), f(a.fch), f(dfch_gelu), NC * 4, stream);
+    }
     B::fill_zero(f(dln), NC, stream);
     B::matmul_backward(f(dln), grad(p.fc_w), grad(p.fc_b), f(dfch), f(a.ln2), w(p.fc_w), N, C, 4 * C, stream);
     // res3 = res2 + fcproj, so d becomes dL/d(res2) once LN2's gradient is added.
@@ -400,40 +474,25 @@ Result<Tensor> GptStage<B>::forward(const TensorView& in, const TensorView* targ
   s.forward_done = false;
   s.fingerprint = input_fingerprint(in, targets);
   const int N = batch * seq, C = cfg.d_model, V = cfg.vocab_size;
-  using X = typename State::X;
 
   if (s.layout.has_embedding()) {
     SWARM_RETURN_IF_ERROR(s.tokens.copy_from(*in.reshaped(Shape{N})));
-    B::embedding_forward(State::f(s.embedded), s.tokens.template data<int32_t>(), s.w(s.wte),
-                         s.w(s.wpe), batch, seq, C, V, s.stream);
   } else {
     SWARM_RETURN_IF_ERROR(s.upload_floats(*in.reshaped(Shape{N, C}), s.input));
   }
-  // Layer sharing applies each block layer_repeat times in a row, so a split
-  // model is the same function as the unsplit one.
-  const int repeat = cfg.layer_repeat;
-  for (size_t app = 0; app < s.acts.size(); ++app) {
-    s.block_forward(s.block_input(app), s.acts[app], s.blocks[app / repeat]);
-  }
   s.have_targets = targets != nullptr;
-
+  if (s.have_targets) SWARM_RETURN_IF_ERROR(s.targets.copy_from(*targets->reshaped(Shape{N})));
+  s.compute_forward();
   if (!s.layout.has_head()) {
     auto out = s.download_floats(s.stage_output(), Shape{batch, seq, C});
     if (out.is_ok()) s.forward_done = true;
     return out;
   }
-  B::layernorm_forward(State::f(s.lnf), State::stat(s.lnf_mean), State::stat(s.lnf_rstd), s.stage_output(),
-                       s.w(s.lnf_w), s.w(s.lnf_b), N, C, s.stream);
-  B::matmul_forward(State::f(s.logits), State::f(s.lnf), s.w(s.head), static_cast<const X*>(nullptr), N, C, V,
-                    s.stream);
   if (targets == nullptr) {
     auto out = s.download_floats(State::f(s.logits), Shape{batch, seq, V});
     if (out.is_ok()) s.forward_done = true;
     return out;
   }
-  SWARM_RETURN_IF_ERROR(s.targets.copy_from(*targets->reshaped(Shape{N})));
-  B::cross_entropy_forward_backward(State::stat(s.losses), static_cast<X*>(nullptr), State::f(s.logits),
-                                    s.targets.template data<int32_t>(), N, V, 0.0f, s.stream);
   SWARM_RETURN_IF_ERROR(B::synchronize(s.stream));
   SWARM_ASSIGN_OR_RETURN(Tensor host_losses, Tensor::copy_of(s.losses, Device::cpu));
   double total = 0;
@@ -449,10 +508,7 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
   State& s = *state_;
   using X = typename State::X;
   if (!s.forward_done) return failed_precondition("backward_after_forward without a forward");
-  const int N = s.batch * s.seq, C = s.config.d_model, V = s.config.vocab_size;
-  const int64_t NC = int64_t{N} * C;
-  X* d = State::f(s.grad_a);
-  X* dx = State::f(s.grad_b);
+  const int N = s.batch * s.seq, C = s.config.d_model;
   if (s.layout.has_head()) {
     if (!s.have_targets) return failed_precondition("the last stage's backward needs targets");
     if (grad_output.dtype() != DType::f32 || grad_output.numel() != 1) {
@@ -460,15 +516,7 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
                               grad_output.describe());
     }
     SWARM_ASSIGN_OR_RETURN(Tensor dloss, Tensor::copy_of(grad_output, Device::cpu));
-    const float scale = dloss.template data<float>()[0] / static_cast<float>(N);
-    B::cross_entropy_forward_backward(State::stat(s.losses), State::f(s.dlogits), State::f(s.logits),
-                                      s.targets.template data<int32_t>(), N, V, scale, s.stream);
-    B::fill_zero(State::f(s.dlnf), NC, s.stream);
-    B::matmul_backward(State::f(s.dlnf), s.grad(s.head), static_cast<float*>(nullptr), State::f(s.dlogits),
-                       State::f(s.lnf), s.w(s.head), N, C, V, s.stream);
-    B::fill_zero(d, NC, s.stream);
-    B::layernorm_backward(d, s.grad(s.lnf_w), s.grad(s.lnf_b), State::f(s.dlnf), s.stage_output(),
-                          s.w(s.lnf_w), State::stat(s.lnf_mean), State::stat(s.lnf_rstd), N, C, s.stream);
+    s.dloss = dloss.template data<float>()[0];
   } else {
     SWARM_RETURN_IF_ERROR(validate_hidden(grad_output, s.config, "output gradient"));
     if (grad_output.shape()[0] != s.batch || grad_output.shape()[1] != s.seq) {
@@ -477,18 +525,12 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
     }
     SWARM_RETURN_IF_ERROR(s.upload_floats(*grad_output.reshaped(Shape{N, C}), s.grad_a));
   }
-  const int repeat = s.config.layer_repeat;
-  for (size_t app = s.acts.size(); app-- > 0;) {
-    s.block_backward(s.block_input(app), s.acts[app], s.blocks[app / repeat], d, dx);
-    std::swap(d, dx);
-  }
+  const X* input_grad = s.compute_backward();
   if (s.layout.has_embedding()) {
-    B::embedding_backward(s.grad(s.wte), s.grad(s.wpe), d, s.tokens.template data<int32_t>(),
-                          s.batch, s.seq, C, V, s.stream);
     SWARM_RETURN_IF_ERROR(B::synchronize(s.stream));
     return Tensor();
   }
-  return s.download_floats(d, Shape{s.batch, s.seq, C});
+  return s.download_floats(input_grad, Shape{s.batch, s.seq, C});
 }
 
 template <Backend B>
@@ -502,6 +544,18 @@ Result<Tensor> GptStage<B>::backward(const TensorView& input, const TensorView& 
     SWARM_RETURN_IF_ERROR(forward(input, targets).status());
   }
   return backward_after_forward(grad_output);
+}
+
+template <Backend B>
+Status GptStage<B>::replay_resident_step() {
+  State& s = *state_;
+  if (!s.forward_done) return failed_precondition("replay_resident_step without a forward");
+  if (s.layout.has_head() && !s.have_targets) {
+    return failed_precondition("replay_resident_step on the last stage needs a forward with targets");
+  }
+  s.compute_forward();
+  s.compute_backward();
+  return B::synchronize(s.stream);
 }
 
 template <Backend B>

@@ -257,3 +257,37 @@ TEST_CASE("initialization is keyed by seed and name") {
 
 }  // namespace
 }  // namespace swarm::gpt
+
+namespace swarm::gpt {
+namespace {
+
+// Doubling is exact up to the order of additions: a token seen twice adds its
+// rows one by one onto the first step's sum, hence the 1e-5 relative bound.
+TEST_CASE("replay_resident_step repeats the forward and backward on the device: gradients double") {
+  const GptConfig config = tiny_config();
+  auto layouts = partition_layers(config, 1);
+  REQUIRE(layouts.is_ok());
+  auto stage = GptStage<CpuBackend>::create(config, (*layouts)[0], 5);
+  REQUIRE(stage.is_ok());
+  CHECK(stage->replay_resident_step().code() == StatusCode::failed_precondition);  // no forward yet
+  Batch batch = random_batch(config, 2, 6, 9);
+  TensorView targets = batch.targets;
+  REQUIRE(stage->forward(batch.inputs, &targets).is_ok());
+  Tensor one = *Tensor::empty(Shape{1}, DType::f32);
+  one.data<float>()[0] = 1.0f;
+  REQUIRE(stage->backward_after_forward(one).is_ok());
+  std::vector<Tensor> once;
+  for (const auto& p : stage->parameters()) once.push_back(p.grad.clone());
+  REQUIRE(stage->replay_resident_step().is_ok());
+  for (size_t i = 0; i < once.size(); ++i) {
+    INFO(stage->parameters()[i].name);
+    auto before = once[i].span<float>();
+    auto after = stage->parameters()[i].grad.span<float>();
+    for (size_t j = 0; j < before.size(); ++j) {
+      REQUIRE(std::abs(after[j] - 2.0f * before[j]) <= 1e-5f * (1e-3f + std::abs(2.0f * before[j])));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace swarm::gpt
