@@ -1,7 +1,9 @@
-"""The same GPT block as bench/block_bench.cc, forward + backward, in PyTorch on the CPU.
+"""The same GPT block as bench/block_bench.cc, forward + backward, in PyTorch.
 
-Pre-LayerNorm, causal multi-head attention, 4x GELU(tanh) MLP, fp32. Prints one
-JSON object in block_bench's format so the two can be compared line by line.
+Pre-LayerNorm, causal multi-head attention, 4x GELU(tanh) MLP. On the CPU in
+fp32 (beside block_bench), or with --device cuda --dtype bf16 on a GPU (beside
+bench/gpu/gpt2_block_bench, as bench/gpu_check.sh runs them). Prints one JSON
+object so the two can be compared line by line.
 """
 import argparse
 import json
@@ -42,12 +44,20 @@ def main():
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    block = Block(args.d_model, args.heads)
-    x = torch.randn(args.batch, args.seq, args.d_model, requires_grad=True)
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    block = Block(args.d_model, args.heads).to(device=device, dtype=dtype)
+    x = torch.randn(args.batch, args.seq, args.d_model, device=device, dtype=dtype, requires_grad=True)
     grad = torch.randn_like(x) * 1e-3
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
 
     def step():
         block.zero_grad(set_to_none=False)
@@ -55,20 +65,24 @@ def main():
         block(x).backward(grad)
 
     step()
+    sync()
     times = []
     for _ in range(args.reps):
         start = time.perf_counter()
         step()
+        sync()
         times.append(time.perf_counter() - start)
     seconds = statistics.median(times)
 
     n, c, oc = args.batch * args.seq, args.d_model, 4 * args.d_model
-    a, w = torch.randn(n, c), torch.randn(oc, c)
+    a, w = torch.randn(n, c, device=device, dtype=dtype), torch.randn(oc, c, device=device, dtype=dtype)
     F.linear(a, w)
+    sync()
     gemm = []
     for _ in range(args.reps):
         start = time.perf_counter()
         F.linear(a, w)
+        sync()
         gemm.append(time.perf_counter() - start)
     print(json.dumps({
         "threads": args.threads,

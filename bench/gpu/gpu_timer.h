@@ -56,4 +56,17 @@ inline double copy_bandwidth_gbps(size_t bytes, cudaStream_t stream) {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
 }
 
+// An estimate of the device's dense bf16 tensor-core peak in TFLOP/s: SMs x
+// boost clock x FLOP per clock per SM (4096 on Hopper, 2048 on Ampere; 0 when
+// the architecture is not one of those, so callers print no fraction).
+inline double dense_bf16_peak_tflops() {
+  int device = 0, sms = 0, khz = 0, major = 0;
+  SWARM_CUDA_CHECK(cudaGetDevice(&device));
+  SWARM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SWARM_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  SWARM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const double flop_per_clock = major == 9 ? 4096 : major == 8 ? 2048 : 0;
+  return sms * (khz * 1e3) * flop_per_clock / 1e12;
+}
+
 }  // namespace swarm::bench
