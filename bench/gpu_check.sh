@@ -30,7 +30,9 @@ if [ -z "$NVCC" ]; then echo "gpu_check: no nvcc found"; exit 2; fi
 # Header and library dependencies: the system's, else the carried packages.
 INCLUDES=(-I"$REPO")
 LIBDIRS=()
-if [ ! -f /usr/include/fmt/core.h ] || [ ! -f /usr/include/doctest/doctest.h ] || [ ! -d /usr/include/eigen3 ]; then
+# SWARM_GPU_USE_DEBS=1 takes the carried packages even where the system has them.
+if [ "${SWARM_GPU_USE_DEBS:-0}" = 1 ] || [ ! -f /usr/include/fmt/core.h ] || [ ! -f /usr/include/doctest/doctest.h ] \
+   || [ ! -d /usr/include/eigen3 ] || [ ! -f /usr/include/nlohmann/json.hpp ] || [ ! -f /usr/include/xxhash.h ]; then
   if ! ls .gpu_deps/*.deb >/dev/null 2>&1; then
     echo "gpu_check: fmt/doctest/Eigen headers are missing and .gpu_deps/ is empty; run bench/gpu_deps.sh first"
     exit 2
@@ -97,7 +99,6 @@ compile() {  # source -> object, one line of log
 }
 export -f compile
 export BUILD NVCC NO_CONTRACT_CC NO_FMAD_CU
-export NVCCFLAGS_STR CXXFLAGS_STR
 # xargs runs a fresh bash: pass the arrays through declare -p.
 export ARRAYS="$(declare -p NVCCFLAGS CXXFLAGS)"
 

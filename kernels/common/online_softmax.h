@@ -24,7 +24,7 @@ struct OnlineSoftmax {
     if (x > max) {
       sum = sum * expf(max - x) + 1.0f;  // expf(-inf) = 0 on the first element
       max = x;
-    } else {
+    } else if (x != -INFINITY) {  // exp(-inf) adds nothing; -inf - -inf would be NaN
       sum += expf(x - max);
     }
   }

@@ -54,8 +54,10 @@ __global__ void layernorm_forward_kernel(T* residual, T* out, float* mean, float
     w.add(v);
   }
   w = warp_merge(w);
-  const float m = w.mean;
-  const float s = w.rstd(kEps);
+  // The butterfly's merges are not symmetric, so lanes can end a few ulps apart: use
+  // lane 0's statistics everywhere, the ones saved for backward.
+  const float m = __shfl_sync(0xffffffffu, w.mean, 0);
+  const float s = __shfl_sync(0xffffffffu, w.rstd(kEps), 0);
   // A fused row reads its own writes back: each lane touches only its columns.
   const T* source = y != nullptr ? r : x;
   T* o = out + offset;

@@ -758,12 +758,10 @@ class Peer {
     const int64_t step = global_step_.load();
     std::vector<float> local_mean;
     int64_t weight = 0;
-    int64_t microbatches = 0;
     uint64_t hash_before = 0;
     {
       std::lock_guard compute(compute_mu_);
       weight = accumulated_samples_;
-      microbatches = accumulated_microbatches_;
       local_mean = flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_));
       (void)stage_.zero_grad();
       accumulated_samples_ = 0;

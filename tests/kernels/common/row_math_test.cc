@@ -94,5 +94,17 @@ TEST_CASE("a fully masked row (all -inf) stays empty instead of producing NaN") 
   CHECK(s.sum == 0.0f);
 }
 
+TEST_CASE("masked (-inf) scores add nothing, before or after the first finite one") {
+  OnlineSoftmax s;
+  s.add(-INFINITY);
+  CHECK(s.sum == 0.0f);
+  s.add(1.0f);
+  s.add(-INFINITY);
+  s.add(1.0f);
+  CHECK(s.max == 1.0f);
+  CHECK(s.sum == 2.0f);
+  CHECK(std::abs(s.log_sum_exp() - (1.0f + std::log(2.0f))) < 1e-6f);
+}
+
 }  // namespace
 }  // namespace swarm::kernels
