@@ -18,7 +18,13 @@ struct TaggedButEmpty {
   static constexpr Device device = Device::cpu;
 };
 
+// Claims a value type its ops do not take: not a backend.
+struct WrongValueType : CpuBackend {
+  using value_type = double;
+};
+
 static_assert(Backend<CpuBackend>);
+static_assert(!Backend<WrongValueType>);
 static_assert(!Backend<LooksLikeABackend>);
 static_assert(!Backend<TaggedButEmpty>);
 static_assert(!Backend<int>);
