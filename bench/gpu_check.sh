@@ -12,6 +12,7 @@
 #
 #   bash bench/gpu_deps.sh            # here, where the network is
 #   bash bench/gpu_check.sh           # there; logs go to $OUT (or /tmp/swarm-gpu-check)
+#   SWARM_GPU_SANITIZE=1 bash bench/gpu_check.sh   # also every test under compute-sanitizer
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -126,6 +127,21 @@ for t in $TESTS; do
     failed=$((failed+1)); failed_names+=("$name"); say "FAILED $name"; grep -B3 -A12 "ERROR\|FAILED\|error" "$LOGS/$name.log" | head -60
   fi
 done
+
+# SWARM_GPU_SANITIZE=1: every test binary again under compute-sanitizer's
+# memcheck (out-of-bounds and misaligned accesses, leaks). Slow: opt-in.
+if [ "${SWARM_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+  for t in $TESTS; do
+    name=$(basename "$t" .cc)
+    [ -x "$BUILD/$name" ] || continue
+    if timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 "$BUILD/$name" > "$LOGS/$name.memcheck.log" 2>&1; then
+      say "memcheck clean: $name"
+    else
+      failed=$((failed+1)); failed_names+=("$name(memcheck)"); say "MEMCHECK FAILED $name"
+      grep -m20 -A6 "Invalid\|ERROR" "$LOGS/$name.memcheck.log"
+    fi
+  done
+fi
 
 say "benchmarks"
 for b in $BENCHES; do
