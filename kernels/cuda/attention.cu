@@ -193,12 +193,16 @@ __device__ void warp_abt(float* out, const E* a, const E* b, int row0) {
   }
 }
 
-// acc[row0 + r][n] += sum_k a[row0 + r][k] * b[k][n], k over the kTile columns of
-// a: O += P V and dQ += dS K. a: [kTile][kLdProb]; b: [kTile][kLdInput]; acc: [kTile][kLdAcc].
-template <typename E, int kHd>
-__device__ void warp_accumulate_ab(float* acc, const E* a, const E* b, int row0) {
+// acc[row0 + r][n] += sum_k A[row0 + r][k] * b[k][n], k over kTile, where A is a
+// (kTransposeA false: O += P V and dQ += dS K, the warp's rows are query rows) or
+// a^T (kTransposeA true: dV += P^T dO and dK += dS^T Q, the warp's rows are key
+// rows, a's columns). a: [kTile][kLdProb]; b: [kTile][kLdInput]; acc: [kTile][kLdAcc].
+template <typename E, int kHd, bool kTransposeA>
+__device__ void warp_accumulate(float* acc, const E* a, const E* b, int row0) {
   using G = Geometry<E, kHd>;
   if constexpr (kTensorCores<E>) {
+    // a^T as a column-major matrix: element (i, j) at a[j * ld + i].
+    using ALayout = std::conditional_t<kTransposeA, wmma::col_major, wmma::row_major>;
 #pragma unroll
     for (int c = 0; c < kHd / kFragment; ++c) {
       wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float> fc;
@@ -206,9 +210,11 @@ __device__ void warp_accumulate_ab(float* acc, const E* a, const E* b, int row0)
       wmma::load_matrix_sync(fc, target, G::kLdAcc, wmma::mem_row_major);
 #pragma unroll
       for (int k = 0; k < G::kTile / kFragment; ++k) {
-        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, E, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, E, ALayout> fa;
         wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, E, wmma::row_major> fb;
-        wmma::load_matrix_sync(fa, a + row0 * G::kLdProb + k * kFragment, G::kLdProb);
+        const E* a_fragment =
+            kTransposeA ? a + k * kFragment * G::kLdProb + row0 : a + row0 * G::kLdProb + k * kFragment;
+        wmma::load_matrix_sync(fa, a_fragment, G::kLdProb);
         wmma::load_matrix_sync(fb, b + k * kFragment * G::kLdInput + c * kFragment, G::kLdInput);
         wmma::mma_sync(fc, fa, fb, fc);
       }
@@ -229,58 +235,8 @@ __device__ void warp_accumulate_ab(float* acc, const E* a, const E* b, int row0)
       for (int j = 0; j < kHeadColsPerLane; ++j) bv[j] = to_float(b[k * G::kLdInput + lane + j * kWarp]);
 #pragma unroll
       for (int r = 0; r < G::kRowsPerWarp; ++r) {
-        const float av = to_float(a[(row0 + r) * G::kLdProb + k]);
-#pragma unroll
-        for (int j = 0; j < kHeadColsPerLane; ++j) sum[r][j] += av * bv[j];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < G::kRowsPerWarp; ++r) {
-#pragma unroll
-      for (int j = 0; j < kHeadColsPerLane; ++j) acc[(row0 + r) * G::kLdAcc + lane + j * kWarp] = sum[r][j];
-    }
-  }
-}
-
-// acc[row0 + i][n] += sum_j a[j][row0 + i] * b[j][n], j over the kTile rows of a:
-// dV += P^T dO and dK += dS^T Q, where the warp's rows are key rows and a's
-// columns. a: [kTile][kLdProb]; b: [kTile][kLdInput]; acc: [kTile][kLdAcc].
-template <typename E, int kHd>
-__device__ void warp_accumulate_atb(float* acc, const E* a, const E* b, int row0) {
-  using G = Geometry<E, kHd>;
-  if constexpr (kTensorCores<E>) {
-#pragma unroll
-    for (int c = 0; c < kHd / kFragment; ++c) {
-      wmma::fragment<wmma::accumulator, kFragment, kFragment, kFragment, float> fc;
-      float* target = acc + row0 * G::kLdAcc + c * kFragment;
-      wmma::load_matrix_sync(fc, target, G::kLdAcc, wmma::mem_row_major);
-#pragma unroll
-      for (int k = 0; k < G::kTile / kFragment; ++k) {
-        wmma::fragment<wmma::matrix_a, kFragment, kFragment, kFragment, E, wmma::col_major> fa;
-        wmma::fragment<wmma::matrix_b, kFragment, kFragment, kFragment, E, wmma::row_major> fb;
-        // a^T as a column-major matrix: element (i, j) at a[j * ld + i].
-        wmma::load_matrix_sync(fa, a + k * kFragment * G::kLdProb + row0, G::kLdProb);
-        wmma::load_matrix_sync(fb, b + k * kFragment * G::kLdInput + c * kFragment, G::kLdInput);
-        wmma::mma_sync(fc, fa, fb, fc);
-      }
-      wmma::store_matrix_sync(target, fc, G::kLdAcc, wmma::mem_row_major);
-    }
-  } else {
-    constexpr int kHeadColsPerLane = kHd / kWarp;
-    const int lane = lane_id();
-    float sum[G::kRowsPerWarp][kHeadColsPerLane];
-#pragma unroll
-    for (int r = 0; r < G::kRowsPerWarp; ++r) {
-#pragma unroll
-      for (int j = 0; j < kHeadColsPerLane; ++j) sum[r][j] = acc[(row0 + r) * G::kLdAcc + lane + j * kWarp];
-    }
-    for (int k = 0; k < G::kTile; ++k) {
-      float bv[kHeadColsPerLane];
-#pragma unroll
-      for (int j = 0; j < kHeadColsPerLane; ++j) bv[j] = to_float(b[k * G::kLdInput + lane + j * kWarp]);
-#pragma unroll
-      for (int r = 0; r < G::kRowsPerWarp; ++r) {
-        const float av = to_float(a[k * G::kLdProb + row0 + r]);
+        const float av =
+            to_float(kTransposeA ? a[k * G::kLdProb + row0 + r] : a[(row0 + r) * G::kLdProb + k]);
 #pragma unroll
         for (int j = 0; j < kHeadColsPerLane; ++j) sum[r][j] += av * bv[j];
       }
@@ -368,7 +324,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int n = lane; n < kHd; n += kWarp) o_acc[row * G::kLdAcc + n] *= rescale.alpha;
     }
     __syncwarp();
-    warp_accumulate_ab<E, kHd>(o_acc, probs, v_tile, row0);
+    warp_accumulate<E, kHd, false>(o_acc, probs, v_tile, row0);
   }
   __syncwarp();
 
@@ -502,8 +458,8 @@ __global__ void __launch_bounds__(kThreads)
     warp_score_gradients<E, kHd>(dscores, probs, scores, q_tile, k_tile, v_tile, do_tile, tile_lse, tile_dot,
                                  first_query, first_key, T, scale, row0);
     __syncthreads();  // ... and here key rows, reading P and dS down the columns all warps wrote.
-    warp_accumulate_atb<E, kHd>(dv_acc, probs, do_tile, row0);
-    warp_accumulate_atb<E, kHd>(dk_acc, dscores, q_tile, row0);
+    warp_accumulate<E, kHd, true>(dv_acc, probs, do_tile, row0);
+    warp_accumulate<E, kHd, true>(dk_acc, dscores, q_tile, row0);
   }
   __syncwarp();
 
@@ -564,7 +520,7 @@ __global__ void __launch_bounds__(kThreads)
     warp_score_gradients<E, kHd>(dscores, nullptr, scores, q_tile, k_tile, v_tile, do_tile, tile_lse, tile_dot,
                                  first_query, first_key, T, scale, row0);
     __syncwarp();
-    warp_accumulate_ab<E, kHd>(dq_acc, dscores, k_tile, row0);
+    warp_accumulate<E, kHd, false>(dq_acc, dscores, k_tile, row0);
   }
   __syncwarp();
 

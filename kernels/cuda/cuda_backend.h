@@ -54,26 +54,8 @@ struct CudaBackendT {
 
   static Status initialize() { return cuda::install_cuda_allocator(); }
 
-  static void to_values(Value* dst, const float* src, int64_t n, CudaStream s) {
-    if constexpr (std::is_same_v<Value, float>) {
-      if (dst != src) {
-        s.record(cuda::cuda_status(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s.handle),
-                                   "cudaMemcpyAsync", __FILE__, __LINE__));
-      }
-    } else {
-      s.record(cuda::convert(dst, src, n, s.handle));
-    }
-  }
-  static void to_floats(float* dst, const Value* src, int64_t n, CudaStream s) {
-    if constexpr (std::is_same_v<Value, float>) {
-      if (dst != src) {
-        s.record(cuda::cuda_status(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s.handle),
-                                   "cudaMemcpyAsync", __FILE__, __LINE__));
-      }
-    } else {
-      s.record(cuda::convert(dst, src, n, s.handle));
-    }
-  }
+  static void to_values(Value* dst, const float* src, int64_t n, CudaStream s) { convert(dst, src, n, s); }
+  static void to_floats(float* dst, const Value* src, int64_t n, CudaStream s) { convert(dst, src, n, s); }
 
   static void embedding_forward(Value* out, const int32_t* tokens, const Value* wte, const Value* wpe, int B, int T,
                                 int C, int V, CudaStream s) {
@@ -165,6 +147,19 @@ struct CudaBackendT {
   static Status synchronize(CudaStream s) {
     s.record(cuda::cuda_status(cudaStreamSynchronize(s.handle), "cudaStreamSynchronize", __FILE__, __LINE__));
     return std::exchange(*s.first_error, Status::ok());
+  }
+
+ private:
+  // Between float and Value: a copy when they are the same type, else a conversion.
+  template <typename Dst, typename Src>
+  static void convert(Dst* dst, const Src* src, int64_t n, CudaStream s) {
+    if constexpr (std::is_same_v<Dst, Src>) {
+      if (dst == src) return;
+      s.record(cuda::cuda_status(cudaMemcpyAsync(dst, src, n * sizeof(Dst), cudaMemcpyDeviceToDevice, s.handle),
+                                 "cudaMemcpyAsync", __FILE__, __LINE__));
+    } else {
+      s.record(cuda::convert(dst, src, n, s.handle));
+    }
   }
 };
 

@@ -20,6 +20,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/kernels/common/attention_reference.h"
 
 namespace swarm::cuda {
 namespace {
@@ -28,62 +29,11 @@ using testing::DeviceArray;
 using testing::max_relative_error;
 using testing::random_vector;
 using testing::skip_without_device;
-
-struct Shape {
-  int B, T, C, NH;
-};
-
-double rms(const std::vector<float>& v) {
-  double sum = 0;
-  for (float x : v) sum += double(x) * x;
-  return std::sqrt(sum / std::max<size_t>(v.size(), 1));
-}
-
-template <typename Element>
-std::vector<Element> to_element(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<Element, bf16>) {
-    return testing::to_bf16(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename Element>
-std::vector<float> to_float(const std::vector<Element>& v) {
-  if constexpr (std::is_same_v<Element, bf16>) {
-    return testing::from_bf16(v);
-  } else {
-    return v;
-  }
-}
-
-// The log-sum-exp of each row's scaled causal scores, in double.
-std::vector<float> direct_lse(const std::vector<float>& qkv, const Shape& s) {
-  const int hd = s.C / s.NH;
-  const double scale = 1.0 / std::sqrt(double(hd));
-  std::vector<float> lse(size_t(s.B) * s.NH * s.T);
-  std::vector<double> scores;
-  for (int b = 0; b < s.B; ++b) {
-    for (int h = 0; h < s.NH; ++h) {
-      for (int t = 0; t < s.T; ++t) {
-        scores.clear();
-        for (int u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int d = 0; d < hd; ++d) {
-            dot += double(qkv[(int64_t(b) * s.T + t) * 3 * s.C + h * hd + d]) *
-                   qkv[(int64_t(b) * s.T + u) * 3 * s.C + s.C + h * hd + d];
-          }
-          scores.push_back(dot * scale);
-        }
-        const double max = *std::max_element(scores.begin(), scores.end());
-        double sum = 0;
-        for (double x : scores) sum += std::exp(x - max);
-        lse[(size_t(b) * s.NH + h) * s.T + t] = static_cast<float>(max + std::log(sum));
-      }
-    }
-  }
-  return lse;
-}
+using testing::as_float;
+using testing::as_type;
+using Shape = kernels::testing::AttentionShape;
+using kernels::testing::direct_lse;
+using kernels::testing::rms;
 
 // One forward and backward on the device; `offset` elements of slack before each
 // input and output move them off 16-byte alignment (0: as cudaMalloc gives them).
@@ -100,7 +50,7 @@ struct DeviceRun {
     };
     auto unpadded = [offset](const DeviceArray<Element>& d) {
       std::vector<Element> h = d.to_host();
-      return to_float(std::vector<Element>(h.begin() + offset, h.end()));
+      return as_float(std::vector<Element>(h.begin() + offset, h.end()));
     };
     DeviceArray<Element> d_qkv(padded(qkv)), d_dout(padded(dout));
     DeviceArray<Element> d_out(offset + out_n), d_dqkv(offset + qkv_n), d_dqkv_again(offset + qkv_n);
@@ -139,9 +89,9 @@ void check_against_cpu(double forward_tolerance, double backward_tolerance) {
   for (const Shape& s : kShapes) {
     INFO("B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
     const size_t qkv_n = size_t(s.B) * s.T * 3 * s.C, out_n = size_t(s.B) * s.T * s.C;
-    const std::vector<Element> qkv = to_element<Element>(random_vector(qkv_n, 1));
-    const std::vector<Element> dout = to_element<Element>(random_vector(out_n, 2));
-    const std::vector<float> qkv_f = to_float(qkv), dout_f = to_float(dout);  // what the kernel reads
+    const std::vector<Element> qkv = as_type<Element>(random_vector(qkv_n, 1));
+    const std::vector<Element> dout = as_type<Element>(random_vector(out_n, 2));
+    const std::vector<float> qkv_f = as_float(qkv), dout_f = as_float(dout);  // what the kernel reads
 
     std::vector<float> want_out(out_n), att(size_t(s.B) * s.NH * s.T * s.T), want_dqkv(qkv_n, 0.0f);
     cpu::attention_forward(want_out.data(), att.data(), qkv_f.data(), s.B, s.T, s.C, s.NH);

@@ -26,32 +26,14 @@
 namespace swarm::cuda {
 namespace {
 
+using testing::as_float;
+using testing::as_type;
 using testing::DeviceArray;
+using testing::same_bits;
 using testing::max_relative_error;
 using testing::random_vector;
 
-template <typename T>
-std::vector<T> as_type(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return testing::to_bf16(v);
-  } else {
-    return v;
-  }
-}
 
-template <typename T>
-std::vector<float> as_float(const std::vector<T>& v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return testing::from_bf16(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 // The contract in double precision, rounded to float at the end: a target outside
 // [0, V) gives a NaN loss and a zero row.

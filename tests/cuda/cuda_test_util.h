@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <random>
 #include <vector>
 
@@ -81,6 +83,32 @@ inline std::vector<float> from_bf16(const std::vector<bf16>& v) {
 
 // The values a bf16 kernel actually sees: each input rounded through bf16.
 inline std::vector<float> round_through_bf16(const std::vector<float>& v) { return from_bf16(to_bf16(v)); }
+
+// Float data as the element type T (float or bf16) a kernel takes, and back;
+// tests templated on T use these in place of to_bf16/from_bf16.
+template <typename T>
+std::vector<T> as_type(const std::vector<float>& v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return to_bf16(v);
+  } else {
+    return v;
+  }
+}
+
+template <typename T>
+std::vector<float> as_float(const std::vector<T>& v) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return from_bf16(v);
+  } else {
+    return v;
+  }
+}
+
+// Bitwise equality, for determinism checks (== on floats would equate 0 and -0).
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 
 // max_i |got - want| / (floor + |want|): relative where values are large,
 // absolute (scaled by 1/floor) near zero.

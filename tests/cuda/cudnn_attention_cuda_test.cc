@@ -26,6 +26,7 @@ namespace swarm::cuda {
 namespace {
 
 using testing::DeviceArray;
+using testing::same_bits;
 using testing::from_bf16;
 using testing::random_vector;
 using testing::round_through_bf16;
@@ -75,10 +76,6 @@ struct Case {
 };
 constexpr Case kCases[] = {{2, 64, 128, 2}, {1, 128, 256, 2}, {4, 256, 768, 12}};
 
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 TEST_CASE("cuDNN attention (bf16) matches the CPU backend, forward and backward") {
   if (testing::skip_without_device()) return;

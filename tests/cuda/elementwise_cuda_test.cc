@@ -27,32 +27,16 @@
 namespace swarm::cuda {
 namespace {
 
+using testing::as_float;
+using testing::as_type;
 using testing::DeviceArray;
 using testing::max_relative_error;
 using testing::random_vector;
 
-template <typename T>
-std::vector<T> from_floats(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return testing::to_bf16(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename T>
-std::vector<float> to_floats(const std::vector<T>& v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return testing::from_bf16(v);
-  } else {
-    return v;
-  }
-}
-
 // What a kernel on T sees of float data: bf16 rounds, float is exact.
 template <typename T>
 std::vector<float> as_seen(const std::vector<float>& v) {
-  return to_floats<T>(from_floats<T>(v));
+  return as_float<T>(as_type<T>(v));
 }
 
 // A device copy of float data as T, starting `offset` elements into its allocation
@@ -66,13 +50,13 @@ class Buffer {
     auto all = array_.to_host();
     return std::vector<T>(all.begin() + offset_, all.end());
   }
-  std::vector<float> floats() const { return to_floats<T>(raw()); }
+  std::vector<float> floats() const { return as_float<T>(raw()); }
 
  private:
   static std::vector<T> padded(const std::vector<float>& values, int offset) {
     std::vector<float> all(offset, 0.0f);
     all.insert(all.end(), values.begin(), values.end());
-    return from_floats<T>(all);
+    return as_type<T>(all);
   }
   int offset_;
   DeviceArray<T> array_;

@@ -19,6 +19,8 @@
 namespace swarm::cuda {
 namespace {
 
+using testing::as_float;
+using testing::as_type;
 using testing::DeviceArray;
 using testing::max_relative_error;
 using testing::random_vector;
@@ -37,23 +39,6 @@ std::vector<int32_t> random_tokens(const Shape& s, uint32_t seed) {
   return tokens;
 }
 
-template <typename T>
-std::vector<T> as_type(const std::vector<float>& v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return testing::to_bf16(v);
-  } else {
-    return v;
-  }
-}
-
-template <typename T>
-std::vector<float> as_float(const std::vector<T>& v) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    return testing::from_bf16(v);
-  } else {
-    return v;
-  }
-}
 
 template <typename T>
 void check_against_cpu(const Shape& s) {

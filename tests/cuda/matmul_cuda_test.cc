@@ -36,6 +36,7 @@ namespace swarm::cuda {
 namespace {
 
 using testing::DeviceArray;
+using testing::same_bits;
 using testing::random_vector;
 
 template <typename T>
@@ -85,10 +86,6 @@ double max_scaled_error(const std::vector<float>& got, const std::vector<float>&
   return worst;
 }
 
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
 
 // A layer's inputs as the kernel sees them: inp ~ N(0, 1), weight ~ N(0, 1/C) (outputs
 // of order 1, as in a trained model), bias ~ N(0, 0.25).

@@ -28,13 +28,15 @@
 #include "kernels/common/online_softmax.h"
 #include "kernels/cpu/ops.h"
 #include "swarm/core/dtype.h"
+#include "tests/kernels/common/attention_reference.h"
 
 namespace swarm::kernels::flash {
 namespace {
 
-struct Shape {
-  int B, T, C, NH;
-};
+using Shape = testing::AttentionShape;
+using testing::direct_lse;
+using testing::rms;
+
 
 std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);
@@ -68,12 +70,6 @@ double max_relative_error(const std::vector<float>& got, const std::vector<float
     if (!(err <= worst)) worst = err;  // NaN propagates as the worst
   }
   return worst;
-}
-
-double rms(const std::vector<float>& v) {
-  double sum = 0;
-  for (float x : v) sum += double(x) * x;
-  return std::sqrt(sum / std::max<size_t>(v.size(), 1));
 }
 
 // One (batch, head) of the [B, T, 3C] / [B, T, C] layouts, and the kernel's
@@ -287,33 +283,6 @@ void emulate_backward(std::vector<float>& dqkv, const std::vector<float>& dout, 
       add_rows(head, dq_acc, 0, first_query);
     }
   }
-}
-
-// The log-sum-exp of each row's scaled causal scores, in double.
-std::vector<float> direct_lse(const std::vector<float>& qkv, const Shape& s) {
-  const int hd = s.C / s.NH;
-  const double scale = 1.0 / std::sqrt(double(hd));
-  std::vector<float> lse(size_t(s.B) * s.NH * s.T);
-  for (int b = 0; b < s.B; ++b) {
-    for (int h = 0; h < s.NH; ++h) {
-      for (int t = 0; t < s.T; ++t) {
-        std::vector<double> scores;
-        for (int u = 0; u <= t; ++u) {
-          double dot = 0;
-          for (int d = 0; d < hd; ++d) {
-            dot += double(qkv[(int64_t(b) * s.T + t) * 3 * s.C + h * hd + d]) *
-                   qkv[(int64_t(b) * s.T + u) * 3 * s.C + s.C + h * hd + d];
-          }
-          scores.push_back(dot * scale);
-        }
-        const double max = *std::max_element(scores.begin(), scores.end());
-        double sum = 0;
-        for (double x : scores) sum += std::exp(x - max);
-        lse[(size_t(b) * s.NH + h) * s.T + t] = static_cast<float>(max + std::log(sum));
-      }
-    }
-  }
-  return lse;
 }
 
 const Shape kShapes[] = {{2, 64, 128, 2}, {1, 100, 96, 3}, {1, 257, 256, 2}, {2, 1, 64, 1}, {1, 70, 64, 2}};
