@@ -3,8 +3,8 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,6 +18,7 @@
 
 #include "apps/chaos.h"
 #include "apps/child_process.h"
+#include "swarm/compression/codecs.h"
 #include "swarm/averaging/averaging_messages.h"
 #include "swarm/averaging/progress.h"
 #include "swarm/checkpoint/checkpoint.h"
@@ -26,6 +27,7 @@
 #include "swarm/data/token_dataset.h"
 #include "swarm/registry/dht_registry.h"
 #include "swarm/trainer/trainer.h"
+#include "swarm/trainer/training_loop.h"
 #include "swarm/wiring/stochastic_wiring.h"
 #include "transports/zmq/zmq_transport.h"
 
@@ -34,16 +36,17 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using SwarmTrainer = Trainer<StochasticWiringRouter, ZmqTransport, DhtRegistry>;
+using SwarmTrainer = Trainer<StochasticWiringRouter, ZmqTransport, DhtRegistry, compression::StandardCodecs>;
 
 // Appends JSON lines; every record gets "time" (seconds since the run began).
 class MetricsWriter {
  public:
   MetricsWriter(const std::string& path, Clock::time_point start) : out_(path, std::ios::app), start_(start) {}
   bool ok() const { return static_cast<bool>(out_); }
+  double seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
   void write(nlohmann::json record) {
     std::lock_guard lock(mu_);
-    record["time"] = std::chrono::duration<double>(Clock::now() - start_).count();
+    record["time"] = seconds();
     out_ << record.dump() << '\n';
     out_.flush();
   }
@@ -185,14 +188,241 @@ std::vector<int> peers_per_stage(const std::map<std::string, PeerAnnouncementRec
   return counts;
 }
 
-Tensor window_batch(const std::vector<TokenWindow>& windows, size_t begin, size_t count, bool targets, int seq) {
-  Tensor out = *Tensor::empty(Shape{static_cast<int64_t>(count), seq}, DType::i32);
-  for (size_t i = 0; i < count; ++i) {
-    const auto& source = targets ? windows[begin + i].targets : windows[begin + i].inputs;
-    std::copy(source.begin(), source.end(), out.data<int32_t>() + i * seq);
+// The peer processes swarm local starts, at start-up and by chaos; they are
+// terminated when the fleet goes, on every way out of the run.
+class PeerFleet {
+ public:
+  PeerFleet(const LocalSwarmOptions& o, uint16_t bootstrap_port) : o_(o), port_(bootstrap_port) {}
+  PeerFleet(const PeerFleet&) = delete;
+  PeerFleet& operator=(const PeerFleet&) = delete;
+  ~PeerFleet() {
+    std::lock_guard lock(mu_);
+    for (auto& peer : processes_) peer.process.terminate(5.0);
   }
-  return out;
-}
+
+  // Returns the new peer's id.
+  Result<std::string> spawn(int stage, double slowdown, bool resume) {
+    std::lock_guard lock(mu_);
+    const std::string id = fmt::format("s{}p{}", stage, spawned_++);
+    SWARM_ASSIGN_OR_RETURN(ChildProcess child,
+                           ChildProcess::spawn(peer_args(o_, stage, id, port_, slowdown, resume), log_path(id),
+                                               kPeerEnvironment));
+    processes_.push_back({id, stage, child});
+    return id;
+  }
+
+  // A peer that exits at start-up (a bad flag, a port in use) will never announce.
+  Status check_none_exited() {
+    std::lock_guard lock(mu_);
+    for (auto& peer : processes_) {
+      if (!peer.process.exited()) continue;
+      std::ifstream log(log_path(peer.id));
+      std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      return unavailable("peer {} exited at start-up: {}", peer.id, text.substr(0, 400));
+    }
+    return Status::ok();
+  }
+
+  // Returns the peer the action hit; empty if the stage had none to hit.
+  std::string apply(const ChaosAction& action) {
+    if (action.kind == ChaosAction::Kind::restart_peer) return spawn(action.stage, 1.0, false).value_or("");
+    std::lock_guard lock(mu_);
+    if (action.kind == ChaosAction::Kind::continue_peer) return continue_group(action.group);
+    PeerProcess* peer = live_peer(action.stage);
+    if (peer == nullptr) return "";
+    if (action.kind == ChaosAction::Kind::kill_peer) {
+      (void)peer->process.signal(SIGKILL);
+      peer->killed = true;
+    } else {
+      (void)peer->process.signal(SIGSTOP);
+      peer->stopped = true;
+      stopped_groups_[action.group] = peer->process.pid();
+    }
+    return peer->id;
+  }
+
+ private:
+  std::string log_path(const std::string& id) const {
+    return (fs::path(o_.run_dir) / "peers" / (id + ".log")).string();
+  }
+
+  PeerProcess* live_peer(int stage) {
+    for (auto& p : processes_) {
+      if (p.stage == stage && !p.killed && !p.stopped && !p.process.exited()) return &p;
+    }
+    return nullptr;
+  }
+
+  // The process its stop-peer stopped: the same one, whatever else changed since.
+  std::string continue_group(int group) {
+    auto it = stopped_groups_.find(group);
+    if (it == stopped_groups_.end()) return "";
+    for (auto& p : processes_) {
+      if (p.process.pid() != it->second) continue;
+      (void)p.process.signal(SIGCONT);
+      p.stopped = false;
+      return p.id;
+    }
+    return "";
+  }
+
+  const LocalSwarmOptions& o_;
+  const uint16_t port_;
+  std::mutex mu_;  // guards everything below; chaos acts from its own thread
+  std::vector<PeerProcess> processes_;
+  int spawned_ = 0;
+  std::map<int, pid_t> stopped_groups_;
+};
+
+// Runs the chaos plan on its own thread, against the training clock, until the
+// plan ends or the runner goes.
+class ChaosRunner {
+ public:
+  ChaosRunner(std::vector<ChaosAction> plan, PeerFleet* fleet, MetricsWriter* metrics, const LineSink& print)
+      : thread_([this, plan = std::move(plan), fleet, metrics, &print] { run(plan, fleet, metrics, print); }) {}
+  ~ChaosRunner() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    done_cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void run(const std::vector<ChaosAction>& plan, PeerFleet* fleet, MetricsWriter* metrics, const LineSink& print) {
+    const auto start = Clock::now();
+    for (const ChaosAction& action : plan) {
+      {
+        std::unique_lock lock(mu_);
+        const auto at =
+            start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(action.at_seconds));
+        if (done_cv_.wait_until(lock, at, [&] { return done_; })) return;
+      }
+      const std::string target = fleet->apply(action);
+      metrics->write({{"kind", "event"}, {"event", fmt::format("chaos_{}", chaos_kind_name(action.kind))},
+                      {"peer", target}, {"stage", action.stage}});
+      print(fmt::format("chaos: {} stage {} -> {}", chaos_kind_name(action.kind), action.stage,
+                        target.empty() ? "no live peer" : target),
+            false);
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: it uses the members above
+};
+
+std::string format_loss(const std::optional<double>& loss) { return loss ? fmt::format("{:.4f}", *loss) : "   -  "; }
+
+// What the run records while it trains, from the training loop's step reports:
+// step records and the progress line, the trainers' events, peer records and
+// joins/losses, and every replica's parameter hashes.
+class RunRecorder {
+ public:
+  RunRecorder(const LocalSwarmOptions& o, DhtRegistry* registry,
+              const std::vector<std::unique_ptr<SwarmTrainer>>* trainers, MetricsWriter* metrics,
+              const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known)
+      : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)) {}
+
+  void on_step(const StepReport& report) {
+    metrics_->write({{"kind", "step"}, {"step", report.step},
+                     {"loss", report.loss ? nlohmann::json(*report.loss) : nlohmann::json(nullptr)},
+                     {"tokens_per_s", report.tokens_per_second},
+                     {"microbatches_completed", report.ledger.completed},
+                     {"microbatches_abandoned", report.ledger.abandoned}, {"retries", report.ledger.retries}});
+    write_trainer_events();
+    if (Clock::now() - last_peer_poll_ > std::chrono::seconds(2)) poll_peers();
+    if (Clock::now() - last_replica_poll_ > std::chrono::milliseconds(500)) poll_replicas();
+    print_progress(report);
+    if (report.loss) {
+      if (!first_loss_) first_loss_ = report.loss;
+      last_loss_ = report.loss;
+    }
+  }
+
+  // After the last step: the final peer records and hashes.
+  void finish() {
+    write_trainer_events();
+    poll_peers();
+    poll_replicas();
+  }
+
+  double first_loss() const { return first_loss_.value_or(0); }
+  double last_loss() const { return last_loss_.value_or(0); }
+  const ReplicaHashLog& replicas() const { return replicas_; }
+
+ private:
+  void write_trainer_events() {
+    for (auto& trainer : *trainers_) {
+      for (const TrainerEvent& e : trainer->take_events()) {
+        metrics_->write({{"kind", "event"}, {"event", e.event}, {"peer", e.peer}, {"stage", e.stage},
+                         {"detail", e.detail}});
+      }
+    }
+  }
+
+  std::map<std::string, ServedCounts> served() const {
+    std::map<std::string, ServedCounts> out;
+    for (auto& trainer : *trainers_) {
+      for (auto& [id, counts] : trainer->served()) {
+        out[id].forward += counts.forward;
+        out[id].backward += counts.backward;
+        out[id].failures += counts.failures;
+      }
+    }
+    return out;
+  }
+
+  // Peer records, and joins and losses, from the registry.
+  void poll_peers() {
+    last_peer_poll_ = Clock::now();
+    auto current = read_peers(*registry_, o_.stages);
+    auto counts = served();
+    for (const auto& [id, peer] : current) {
+      if (!known_.count(id)) write_peer_event("peer_joined", id, peer.stage);
+      metrics_->write({{"kind", "peer"}, {"peer", id}, {"stage", peer.stage}, {"forward", counts[id].forward},
+                       {"backward", counts[id].backward}, {"failures", counts[id].failures},
+                       {"throughput", peer.throughput}});
+    }
+    for (const auto& [id, peer] : known_) {
+      if (!current.count(id)) write_peer_event("peer_lost", id, peer.stage);
+    }
+    known_ = std::move(current);
+  }
+
+  void write_peer_event(const char* event, const std::string& id, int stage) {
+    metrics_->write({{"kind", "event"}, {"event", event}, {"peer", id}, {"stage", stage}});
+  }
+
+  void poll_replicas() {
+    last_replica_poll_ = Clock::now();
+    replicas_.poll(*registry_, o_.stages, [&](nlohmann::json record) { metrics_->write(std::move(record)); });
+  }
+
+  void print_progress(const StepReport& report) {
+    print_(fmt::format("step {:4d}/{} | loss {} | {:6.0f} tok/s | peers/stage {} | global steps {} | retries {} "
+                       "| abandoned {} | {:.0f} s",
+                       report.step, o_.steps, format_loss(report.loss), report.tokens_per_second,
+                       fmt::join(peers_per_stage(known_, o_.stages), ","),
+                       fmt::join(replicas_.newest(o_.stages), ","), report.ledger.retries, report.ledger.abandoned,
+                       metrics_->seconds()),
+           true);
+  }
+
+  const LocalSwarmOptions& o_;
+  DhtRegistry* registry_;
+  const std::vector<std::unique_ptr<SwarmTrainer>>* trainers_;
+  MetricsWriter* metrics_;
+  const LineSink& print_;
+  std::map<std::string, PeerAnnouncementRecord> known_;
+  ReplicaHashLog replicas_;
+  Clock::time_point last_peer_poll_ = Clock::now() - std::chrono::seconds(10);
+  Clock::time_point last_replica_poll_ = Clock::now() - std::chrono::seconds(10);
+  std::optional<double> first_loss_;
+  std::optional<double> last_loss_;
+};
 
 }  // namespace
 
@@ -238,6 +468,245 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
   return Status::ok();
 }
 
+namespace {
+
+// What can be checked before any process starts, so a bad flag fails first.
+Status check_options(const LocalSwarmOptions& o) {
+  if (o.stages < 1 || o.peers_per_stage < 1 || o.trainers < 1 || o.steps < 1 || o.microbatch < 1 ||
+      o.microbatches_per_step < 1 || o.in_flight < 1) {
+    return invalid_argument("stages, peers per stage, trainers, steps, microbatch sizes and in-flight counts must be >= 1");
+  }
+  SWARM_RETURN_IF_ERROR(o.model.validate());
+  return gpt::partition_layers(o.model, o.stages).status();
+}
+
+// --slow-peer STAGE:FACTOR; stage -1 when not given.
+Result<std::pair<int, double>> parse_slow_peer(const LocalSwarmOptions& o) {
+  int stage = -1;
+  double factor = 1.0;
+  if (o.slow_peer.empty()) return std::make_pair(stage, factor);
+  if (std::sscanf(o.slow_peer.c_str(), "%d:%lf", &stage, &factor) != 2 || stage < 0 || stage >= o.stages ||
+      !(factor >= 1.0)) {
+    return invalid_argument("--slow-peer \"{}\": expected STAGE:FACTOR with a stage in 0..{} and FACTOR >= 1",
+                            o.slow_peer, o.stages - 1);
+  }
+  return std::make_pair(stage, factor);
+}
+
+struct RunData {
+  std::string path;
+  DataSplit split;
+  std::vector<TokenWindow> windows;  // validation
+};
+
+Result<RunData> load_run_data(const LocalSwarmOptions& o) {
+  RunData data;
+  data.path = o.data_path.empty() ? std::string(kDefaultCorpus) : o.data_path;
+  SWARM_ASSIGN_OR_RETURN(TokenDataset dataset, load_text_bytes(data.path));
+  if (dataset.vocab_size != o.model.vocab_size) {
+    return invalid_argument("the data has vocabulary {}, the model {}", dataset.vocab_size, o.model.vocab_size);
+  }
+  const int seq = o.model.max_seq_len;
+  SWARM_ASSIGN_OR_RETURN(data.split, split_train_validation(dataset, 0.05, int64_t{16} * (seq + 1), o.seed));
+  SWARM_ASSIGN_OR_RETURN(data.windows, validation_windows(data.split.validation, seq, o.eval_windows));
+  return data;
+}
+
+// The run directory, and its config.json unless the run resumes (it has one).
+Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) {
+  std::error_code error;
+  fs::create_directories(fs::path(o.run_dir) / "peers", error);
+  if (!error) fs::create_directories(fs::path(o.run_dir) / "checkpoints", error);
+  if (error) return permission_denied("cannot create run directory {}: {}", o.run_dir, error.message());
+  if (!o.resume.empty()) return Status::ok();
+  nlohmann::json config = {
+      {"model", nlohmann::json::parse(o.model.to_json())},
+      {"stages", o.stages},
+      {"peers_per_stage", o.peers_per_stage},
+      {"trainers", o.trainers},
+      {"steps", o.steps},
+      {"microbatch", o.microbatch},
+      {"microbatches_per_step", o.microbatches_per_step},
+      {"in_flight", o.in_flight},
+      {"seed", o.seed},
+      {"chaos", o.chaos},
+      {"data", data_path},
+      {"learning_rate", o.learning_rate},
+      {"warmup_steps", o.warmup_steps},
+      {"step_every_samples", o.step_every_samples},
+      {"global_batch", o.global_batch},
+      {"global_batch_samples", global_batch_of(o)},
+      {"checkpoint_every", o.checkpoint_every},
+      {"transport", "zmq"},
+      {"registry", "opendht"},
+      {"router", "stochastic_wiring"},
+  };
+  std::ofstream out(fs::path(o.run_dir) / "config.json");
+  out << config.dump(2) << '\n';
+  if (!out) return permission_denied("cannot write {}/config.json", o.run_dir);
+  return Status::ok();
+}
+
+// The registry node: an embedded bootstrap node beside it for swarm local, or
+// the given one for swarm trainer.
+Result<DhtRegistry> join_registry(const LocalSwarmOptions& o, std::optional<DhtRegistry>* bootstrap_node,
+                                  const LineSink& print) {
+  std::string bootstrap = o.bootstrap;
+  if (bootstrap.empty()) {
+    SWARM_ASSIGN_OR_RETURN(DhtRegistry node, DhtRegistry::start(0, {}));
+    bootstrap_node->emplace(std::move(node));
+    bootstrap = fmt::format("127.0.0.1:{}", (*bootstrap_node)->port());
+  }
+  SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, DhtRegistry::start(0, {bootstrap}));
+  print(fmt::format("registry: OpenDHT via {}", bootstrap), false);
+  return registry;
+}
+
+Status spawn_peers(const LocalSwarmOptions& o, PeerFleet& fleet, const LineSink& print) {
+  SWARM_ASSIGN_OR_RETURN(auto slow, parse_slow_peer(o));
+  for (int s = 0; s < o.stages; ++s) {
+    for (int p = 0; p < o.peers_per_stage; ++p) {
+      const double slowdown = s == slow.first && p == 0 ? slow.second : 1.0;
+      SWARM_RETURN_IF_ERROR(fleet.spawn(s, slowdown, !o.resume.empty()).status());
+    }
+  }
+  print(fmt::format("started {} peer processes ({} stages x {}), logs in {}/peers", o.stages * o.peers_per_stage,
+                    o.stages, o.peers_per_stage, o.run_dir),
+        false);
+  return Status::ok();
+}
+
+// Until every stage is served and, before the first global step, stage-mates
+// see each other's progress. Returns the peers announced by then.
+Result<std::map<std::string, PeerAnnouncementRecord>> wait_until_served(DhtRegistry& registry,
+                                                                        const LocalSwarmOptions& o, PeerFleet* fleet) {
+  const int want = fleet ? o.peers_per_stage : 1;
+  auto enough = [&](const std::vector<int>& counts) {
+    return std::all_of(counts.begin(), counts.end(), [&](int c) { return c >= want; });
+  };
+  const auto deadline = Clock::now() + std::chrono::seconds(90);
+  while (true) {
+    auto known = read_peers(registry, o.stages);
+    auto counts = peers_per_stage(known, o.stages);
+    auto synced = global_batch_of(o) == 0 ? counts : peers_seeing_their_stage(registry, o.stages, want);
+    if (enough(counts) && enough(synced)) return known;
+    if (fleet) SWARM_RETURN_IF_ERROR(fleet->check_none_exited());
+    if (Clock::now() > deadline) {
+      return unavailable("peers did not announce within 90 s (have {} per stage); see {}/peers/*.log",
+                         fmt::join(counts, ","), o.run_dir);
+    }
+    if (stop_requested()) return cancelled("interrupted");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the registry has no change notification
+  }
+}
+
+// Trainers share the registry node; each has its own routers and ledger.
+Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwarmOptions& o, DhtRegistry* registry) {
+  TrainerConfig config;
+  config.num_stages = o.stages;
+  config.forward_timeout_seconds = o.forward_timeout_seconds;
+  config.backward_timeout_seconds = o.backward_timeout_seconds;
+  config.refresh_period_seconds = 2.0;
+  std::vector<std::unique_ptr<SwarmTrainer>> trainers;
+  for (int t = 0; t < o.trainers; ++t) {
+    config.trainer_id = fmt::format("trainer{}", t);
+    std::vector<StochasticWiringRouter> routers;
+    for (int s = 0; s < o.stages; ++s) {
+      StochasticWiringConfig wiring;
+      wiring.seed = o.seed * 1000 + t * 10 + s;
+      SWARM_ASSIGN_OR_RETURN(auto router, StochasticWiringRouter::create(wiring));
+      routers.push_back(std::move(router));
+    }
+    trainers.push_back(std::make_unique<SwarmTrainer>(config, std::move(routers), registry));
+  }
+  return trainers;
+}
+
+// A resumed run draws other batches than the first did, from the step it resumes at.
+Result<std::vector<BatchSampler>> make_samplers(const LocalSwarmOptions& o, const std::vector<int32_t>* train,
+                                                int64_t start_step) {
+  std::vector<BatchSampler> samplers;
+  for (int t = 0; t < o.trainers; ++t) {
+    SWARM_ASSIGN_OR_RETURN(BatchSampler sampler,
+                           BatchSampler::create(train, o.microbatch, o.model.max_seq_len,
+                                                o.seed * 7919 + t + static_cast<uint64_t>(start_step) * 104729));
+    samplers.push_back(std::move(sampler));
+  }
+  return samplers;
+}
+
+TrainingLoopOptions loop_options(const LocalSwarmOptions& o, int64_t start_step) {
+  TrainingLoopOptions loop;
+  loop.first_step = start_step + 1;
+  loop.last_step = o.steps;
+  loop.microbatches_per_step = o.microbatches_per_step * o.trainers;
+  loop.in_flight = o.in_flight;
+  loop.time_limit_seconds = o.time_limit_seconds;
+  loop.stop_requested = [] { return stop_requested(); };
+  return loop;
+}
+
+// Everything a run holds once its peers serve every stage.
+struct SwarmRun {
+  const LocalSwarmOptions& o;
+  int64_t start_step = 0;
+  RunData& data;
+  MetricsWriter& metrics;
+  DhtRegistry& registry;
+  PeerFleet* fleet;  // null when joining a swarm
+  std::vector<ChaosAction> chaos;
+  std::map<std::string, PeerAnnouncementRecord> known;
+};
+
+LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& summary, const RunRecorder& recorder,
+                             double validation) {
+  LocalSwarmReport report;
+  report.steps = static_cast<int>(summary.last_step);
+  report.first_loss = recorder.first_loss();
+  report.last_loss = recorder.last_loss();
+  report.validation_loss = validation;
+  report.tokens_per_second = static_cast<double>(summary.tokens) / std::max(1e-9, summary.seconds);
+  report.microbatches_started = summary.ledger.started;
+  report.microbatches_completed = summary.ledger.completed;
+  report.microbatches_abandoned = summary.ledger.abandoned;
+  report.retries = summary.ledger.retries;
+  report.global_steps = recorder.replicas().newest(o.stages);
+  report.replica_mismatches = static_cast<int64_t>(recorder.replicas().mismatched());
+  return report;
+}
+
+// Trains through the loop while chaos runs, then validates through the swarm.
+Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print) {
+  const LocalSwarmOptions& o = run.o;
+  SWARM_ASSIGN_OR_RETURN(auto trainers, make_trainers(o, &run.registry));
+  SWARM_ASSIGN_OR_RETURN(auto samplers, make_samplers(o, &run.data.split.train, run.start_step));
+  if (run.start_step > 0) {
+    run.metrics.write({{"kind", "event"}, {"event", "resumed"}, {"peer", ""}, {"step", run.start_step}});
+    print(fmt::format("resumed {} at global step {}", o.run_dir, run.start_step), false);
+  }
+  RunRecorder recorder(o, &run.registry, &trainers, &run.metrics, print, std::move(run.known));
+  std::vector<SwarmTrainer*> pointers;
+  for (auto& trainer : trainers) pointers.push_back(trainer.get());
+  TrainingLoop<SwarmTrainer> loop(std::move(pointers), std::move(samplers), loop_options(o, run.start_step),
+                                  [&](const StepReport& report) { recorder.on_step(report); });
+  Result<TrainingSummary> summary = internal("not trained");
+  {
+    ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.metrics, print);
+    summary = loop.run();
+  }
+  SWARM_RETURN_IF_ERROR(summary.status());
+  if (summary->stopped_by == StopReason::time_limit) {
+    print(fmt::format("time limit of {:.0f} s reached after {} steps", o.time_limit_seconds, summary->last_step),
+          false);
+  }
+  recorder.finish();
+  auto validation = validation_loss(*trainers[0], run.data.windows);
+  if (!validation.is_ok()) return validation.status().with_context("validation failed");
+  return make_report(o, *summary, recorder, *validation);
+}
+
+}  // namespace
+
 Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const LineSink& print) {
   LocalSwarmOptions o = options;
   int64_t start_step = 0;
@@ -249,384 +718,32 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
     }
   }
   const auto started = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - started).count(); };
   const bool spawn = o.bootstrap.empty();
-  if (o.stages < 1 || o.peers_per_stage < 1 || o.trainers < 1 || o.steps < 1 || o.microbatch < 1 ||
-      o.microbatches_per_step < 1 || o.in_flight < 1) {
-    return invalid_argument("stages, peers per stage, trainers, steps, microbatch sizes and in-flight counts must be >= 1");
-  }
-  gpt::GptConfig model = o.model;
-  SWARM_RETURN_IF_ERROR(model.validate());
-  SWARM_RETURN_IF_ERROR(gpt::partition_layers(model, o.stages).status());
+  SWARM_RETURN_IF_ERROR(check_options(o));
+  SWARM_RETURN_IF_ERROR(parse_slow_peer(o).status());
   SWARM_ASSIGN_OR_RETURN(auto chaos, parse_chaos(o.chaos, o.stages));
   if (!chaos.empty() && !spawn) return invalid_argument("--chaos needs the peers that swarm local starts");
-
-  // Data first: a bad path should fail before any process starts.
-  const std::string data_path = o.data_path.empty() ? std::string(kDefaultCorpus) : o.data_path;
-  SWARM_ASSIGN_OR_RETURN(TokenDataset dataset, load_text_bytes(data_path));
-  if (dataset.vocab_size != model.vocab_size) {
-    return invalid_argument("the data has vocabulary {}, the model {}", dataset.vocab_size, model.vocab_size);
-  }
-  const int seq = model.max_seq_len;
-  SWARM_ASSIGN_OR_RETURN(DataSplit split, split_train_validation(dataset, 0.05, int64_t{16} * (seq + 1), o.seed));
-  SWARM_ASSIGN_OR_RETURN(auto windows, validation_windows(split.validation, seq, o.eval_windows));
-
-  std::error_code error;
-  fs::create_directories(fs::path(o.run_dir) / "peers", error);
-  if (!error) fs::create_directories(fs::path(o.run_dir) / "checkpoints", error);
-  if (error) return permission_denied("cannot create run directory {}: {}", o.run_dir, error.message());
-  if (o.resume.empty()) {
-    nlohmann::json config = {
-        {"model", nlohmann::json::parse(model.to_json())},
-        {"stages", o.stages},
-        {"peers_per_stage", o.peers_per_stage},
-        {"trainers", o.trainers},
-        {"steps", o.steps},
-        {"microbatch", o.microbatch},
-        {"microbatches_per_step", o.microbatches_per_step},
-        {"in_flight", o.in_flight},
-        {"seed", o.seed},
-        {"chaos", o.chaos},
-        {"data", data_path},
-        {"learning_rate", o.learning_rate},
-        {"warmup_steps", o.warmup_steps},
-        {"step_every_samples", o.step_every_samples},
-        {"global_batch", o.global_batch},
-        {"global_batch_samples", global_batch_of(o)},
-        {"checkpoint_every", o.checkpoint_every},
-        {"transport", "zmq"},
-        {"registry", "opendht"},
-        {"router", "stochastic_wiring"},
-    };
-    std::ofstream out(fs::path(o.run_dir) / "config.json");
-    out << config.dump(2) << '\n';
-    if (!out) return permission_denied("cannot write {}/config.json", o.run_dir);
-  }
+  SWARM_ASSIGN_OR_RETURN(RunData data, load_run_data(o));  // a bad path fails before any process starts
+  SWARM_RETURN_IF_ERROR(create_run_dir(o, data.path));
   MetricsWriter metrics((fs::path(o.run_dir) / "metrics.jsonl").string(), started);
   if (!metrics.ok()) return permission_denied("cannot write {}/metrics.jsonl", o.run_dir);
 
-  // The registry: an embedded bootstrap node, or the given one.
   std::optional<DhtRegistry> bootstrap_node;
-  std::vector<std::string> bootstrap;
+  SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, join_registry(o, &bootstrap_node, print));
+  std::optional<PeerFleet> fleet;
   if (spawn) {
-    SWARM_ASSIGN_OR_RETURN(DhtRegistry node, DhtRegistry::start(0, {}));
-    bootstrap_node.emplace(std::move(node));
-    bootstrap.push_back(fmt::format("127.0.0.1:{}", bootstrap_node->port()));
-  } else {
-    bootstrap.push_back(o.bootstrap);
+    fleet.emplace(o, bootstrap_node->port());
+    SWARM_RETURN_IF_ERROR(spawn_peers(o, *fleet, print));
   }
-  SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, DhtRegistry::start(0, bootstrap));
-  print(fmt::format("registry: OpenDHT via {}", bootstrap[0]), false);
-
-  int slow_stage = -1;
-  double slow_factor = 1.0;
-  if (!o.slow_peer.empty()) {
-    if (std::sscanf(o.slow_peer.c_str(), "%d:%lf", &slow_stage, &slow_factor) != 2 || slow_stage < 0 ||
-        slow_stage >= o.stages || !(slow_factor >= 1.0)) {
-      return invalid_argument("--slow-peer \"{}\": expected STAGE:FACTOR with a stage in 0..{} and FACTOR >= 1",
-                              o.slow_peer, o.stages - 1);
-    }
-  }
-  std::mutex peers_mu;
-  std::vector<PeerProcess> processes;
-  int spawned = 0;
-  std::set<int> slowed;
-  auto spawn_peer = [&](int stage) -> Status {
-    const std::string id = fmt::format("s{}p{}", stage, spawned++);
-    double slowdown = 1.0;
-    if (stage == slow_stage && slowed.insert(stage).second) slowdown = slow_factor;
-    SWARM_ASSIGN_OR_RETURN(ChildProcess child,
-                           ChildProcess::spawn(peer_args(o, stage, id, bootstrap_node->port(), slowdown, !o.resume.empty()),
-                                               (fs::path(o.run_dir) / "peers" / (id + ".log")).string(),
-                                               kPeerEnvironment));
-    std::lock_guard lock(peers_mu);
-    processes.push_back({id, stage, child});
-    return Status::ok();
-  };
-  auto shutdown_peers = [&] {
-    std::lock_guard lock(peers_mu);
-    for (auto& peer : processes) peer.process.terminate(5.0);
-  };
-  struct PeersGuard {
-    std::function<void()> stop;
-    ~PeersGuard() { stop(); }
-  } guard{shutdown_peers};
-
-  if (spawn) {
-    for (int s = 0; s < o.stages; ++s) {
-      for (int p = 0; p < o.peers_per_stage; ++p) SWARM_RETURN_IF_ERROR(spawn_peer(s));
-    }
-    print(fmt::format("started {} peer processes ({} stages x {}), logs in {}/peers", o.stages * o.peers_per_stage,
-                      o.stages, o.peers_per_stage, o.run_dir),
-          false);
-  }
-  // Wait until every stage is served.
-  const auto ready_deadline = Clock::now() + std::chrono::seconds(90);
-  std::map<std::string, PeerAnnouncementRecord> known;
-  while (true) {
-    known = read_peers(registry, o.stages);
-    auto counts = peers_per_stage(known, o.stages);
-    const int want = spawn ? o.peers_per_stage : 1;
-    // Stage-mates must see each other's progress before the first global step.
-    auto synced = peers_seeing_their_stage(registry, o.stages, want);
-    if (global_batch_of(o) == 0) synced = counts;
-    if (std::all_of(counts.begin(), counts.end(), [&](int c) { return c >= want; }) &&
-        std::all_of(synced.begin(), synced.end(), [&](int c) { return c >= want; })) {
-      break;
-    }
-    {
-      // A peer that exits at start-up (a bad flag, a port in use) will never announce.
-      std::lock_guard lock(peers_mu);
-      for (auto& peer : processes) {
-        if (peer.process.exited()) {
-          std::ifstream log(fs::path(o.run_dir) / "peers" / (peer.id + ".log"));
-          std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-          return unavailable("peer {} exited at start-up: {}", peer.id, text.substr(0, 400));
-        }
-      }
-    }
-    if (Clock::now() > ready_deadline) {
-      return unavailable("peers did not announce within 90 s (have {} per stage); see {}/peers/*.log",
-                         fmt::join(counts, ","), o.run_dir);
-    }
-    if (stop_requested()) return cancelled("interrupted");
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  PeerFleet* peers = fleet ? &*fleet : nullptr;
+  SWARM_ASSIGN_OR_RETURN(auto known, wait_until_served(registry, o, peers));
   for (const auto& [id, peer] : known) {
     metrics.write({{"kind", "event"}, {"event", "peer_joined"}, {"peer", id}, {"stage", peer.stage}});
   }
-  print(fmt::format("all {} stages served after {:.1f} s; training", o.stages, elapsed()), false);
-
-  // Trainers share the registry node; each has its own routers and ledger.
-  TrainerConfig trainer_config;
-  trainer_config.num_stages = o.stages;
-  trainer_config.forward_timeout_seconds = o.forward_timeout_seconds;
-  trainer_config.backward_timeout_seconds = o.backward_timeout_seconds;
-  trainer_config.refresh_period_seconds = 2.0;
-  std::vector<std::unique_ptr<SwarmTrainer>> trainers;
-  for (int t = 0; t < o.trainers; ++t) {
-    auto config = trainer_config;
-    config.trainer_id = fmt::format("trainer{}", t);
-    std::vector<StochasticWiringRouter> routers;
-    for (int s = 0; s < o.stages; ++s) {
-      StochasticWiringConfig wiring;
-      wiring.seed = o.seed * 1000 + t * 10 + s;
-      SWARM_ASSIGN_OR_RETURN(auto router, StochasticWiringRouter::create(wiring));
-      routers.push_back(std::move(router));
-    }
-    trainers.push_back(std::make_unique<SwarmTrainer>(config, std::move(routers), &registry));
-  }
-
-  // Before the chaos thread starts: nothing may return early while it runs.
-  std::vector<BatchSampler> samplers;
-  for (int t = 0; t < o.trainers; ++t) {
-    SWARM_ASSIGN_OR_RETURN(BatchSampler sampler,
-                           BatchSampler::create(&split.train, o.microbatch, seq,
-                                                o.seed * 7919 + t + static_cast<uint64_t>(start_step) * 104729));
-    samplers.push_back(std::move(sampler));
-  }
-
-  // Chaos runs on its own thread against the training clock.
-  std::atomic<bool> training_done{false};
-  const auto training_started = Clock::now();
-  std::thread chaos_thread([&] {
-    std::map<int, pid_t> stopped_groups;
-    for (const ChaosAction& action : chaos) {
-      while (!training_done &&
-             std::chrono::duration<double>(Clock::now() - training_started).count() < action.at_seconds) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      if (training_done) return;
-      std::lock_guard lock(peers_mu);
-      auto live_peer = [&]() -> PeerProcess* {
-        for (auto& p : processes) {
-          if (p.stage == action.stage && !p.killed && !p.stopped && !p.process.exited()) return &p;
-        }
-        return nullptr;
-      };
-      std::string target;
-      if (action.kind == ChaosAction::Kind::kill_peer) {
-        if (PeerProcess* p = live_peer()) {
-          (void)p->process.signal(SIGKILL);
-          p->killed = true;
-          target = p->id;
-        }
-      } else if (action.kind == ChaosAction::Kind::stop_peer) {
-        if (PeerProcess* p = live_peer()) {
-          (void)p->process.signal(SIGSTOP);
-          p->stopped = true;
-          stopped_groups[action.group] = p->process.pid();
-          target = p->id;
-        }
-      } else if (action.kind == ChaosAction::Kind::continue_peer) {
-        for (auto& p : processes) {
-          if (stopped_groups.count(action.group) && p.process.pid() == stopped_groups[action.group]) {
-            (void)p.process.signal(SIGCONT);
-            p.stopped = false;
-            target = p.id;
-          }
-        }
-      } else {
-        const std::string id = fmt::format("s{}p{}", action.stage, spawned++);
-        auto child = ChildProcess::spawn(peer_args(o, action.stage, id, bootstrap_node->port(), 1.0, false),
-                                         (fs::path(o.run_dir) / "peers" / (id + ".log")).string(), kPeerEnvironment);
-        if (child.is_ok()) {
-          processes.push_back({id, action.stage, *child});
-          target = id;
-        }
-      }
-      metrics.write({{"kind", "event"}, {"event", fmt::format("chaos_{}", chaos_kind_name(action.kind))},
-                     {"peer", target}, {"stage", action.stage}});
-      print(fmt::format("chaos: {} stage {} -> {}", chaos_kind_name(action.kind), action.stage,
-                        target.empty() ? "no live peer" : target),
-            false);
-    }
-  });
-
-  LocalSwarmReport report;
-  std::vector<std::mutex> sampler_mu(o.trainers);
-  int64_t tokens_done = 0;
-  double window_start = elapsed();
-  int64_t window_tokens = 0;
-  auto last_peer_poll = Clock::now() - std::chrono::seconds(10);
-  ReplicaHashLog replicas;
-  auto write_metric = [&](nlohmann::json record) { metrics.write(std::move(record)); };
-  auto last_replica_poll = Clock::now() - std::chrono::seconds(10);
-  if (start_step > 0) {
-    metrics.write({{"kind", "event"}, {"event", "resumed"}, {"peer", ""}, {"step", start_step}});
-    print(fmt::format("resumed {} at global step {}", o.run_dir, start_step), false);
-  }
-  for (int step = static_cast<int>(start_step) + 1; step <= o.steps && !stop_requested(); ++step) {
-    if (o.time_limit_seconds > 0 &&
-        std::chrono::duration<double>(Clock::now() - training_started).count() > o.time_limit_seconds) {
-      print(fmt::format("time limit of {:.0f} s reached after {} steps", o.time_limit_seconds, step - 1), false);
-      break;
-    }
-    std::atomic<int> next{0};
-    std::mutex loss_mu;
-    double loss_sum = 0;
-    int loss_count = 0;
-    const int per_trainer = o.microbatches_per_step;
-    std::vector<std::thread> workers;
-    for (int t = 0; t < o.trainers; ++t) {
-      for (int w = 0; w < o.in_flight; ++w) {
-        workers.emplace_back([&, t] {
-          while (true) {
-            const int index = next.fetch_add(1);
-            if (index >= per_trainer * o.trainers) return;
-            Tensor tokens = *Tensor::empty(Shape{o.microbatch, seq}, DType::i32);
-            Tensor targets = *Tensor::empty(Shape{o.microbatch, seq}, DType::i32);
-            {
-              std::lock_guard lock(sampler_mu[t]);
-              samplers[t].next(tokens.data<int32_t>(), targets.data<int32_t>());
-            }
-            MicrobatchOutcome outcome = trainers[t]->run_microbatch(tokens, targets);
-            if (outcome.completed) {
-              std::lock_guard lock(loss_mu);
-              loss_sum += outcome.loss;
-              ++loss_count;
-            } else {
-              log_warn("microbatch abandoned: {}", outcome.abandon_reason);
-            }
-          }
-        });
-      }
-    }
-    for (auto& worker : workers) worker.join();
-    const int64_t step_tokens = int64_t{loss_count} * o.microbatch * seq;
-    tokens_done += step_tokens;
-    window_tokens += step_tokens;
-    const double loss = loss_count > 0 ? loss_sum / loss_count : 0;
-    if (step == start_step + 1) report.first_loss = loss;
-    report.last_loss = loss;
-    const double now = elapsed();
-    const double tokens_per_s = window_tokens / std::max(1e-9, now - window_start);
-    if (now - window_start > 10) {
-      window_start = now;
-      window_tokens = 0;
-    }
-    Ledger totals;
-    for (auto& trainer : trainers) {
-      Ledger ledger = trainer->ledger();
-      totals.started += ledger.started;
-      totals.completed += ledger.completed;
-      totals.abandoned += ledger.abandoned;
-      totals.retries += ledger.retries;
-    }
-    for (auto& trainer : trainers) {
-      for (const TrainerEvent& e : trainer->take_events()) {
-        metrics.write({{"kind", "event"}, {"event", e.event}, {"peer", e.peer}, {"stage", e.stage},
-                       {"detail", e.detail}});
-      }
-    }
-    metrics.write({{"kind", "step"}, {"step", step}, {"loss", loss}, {"tokens_per_s", tokens_per_s},
-                   {"microbatches_completed", totals.completed}, {"microbatches_abandoned", totals.abandoned},
-                   {"retries", totals.retries}});
-    // Peer records and joins/losses, from the registry, every couple of seconds.
-    if (Clock::now() - last_peer_poll > std::chrono::seconds(2) || step == o.steps) {
-      last_peer_poll = Clock::now();
-      auto current = read_peers(registry, o.stages);
-      std::map<std::string, ServedCounts> served;
-      for (auto& trainer : trainers) {
-        for (auto& [id, counts] : trainer->served()) {
-          served[id].forward += counts.forward;
-          served[id].backward += counts.backward;
-          served[id].failures += counts.failures;
-        }
-      }
-      for (const auto& [id, peer] : current) {
-        if (!known.count(id)) {
-          metrics.write({{"kind", "event"}, {"event", "peer_joined"}, {"peer", id}, {"stage", peer.stage}});
-        }
-        metrics.write({{"kind", "peer"}, {"peer", id}, {"stage", peer.stage}, {"forward", served[id].forward},
-                       {"backward", served[id].backward}, {"failures", served[id].failures},
-                       {"throughput", peer.throughput}});
-      }
-      for (const auto& [id, peer] : known) {
-        if (!current.count(id)) {
-          metrics.write({{"kind", "event"}, {"event", "peer_lost"}, {"peer", id}, {"stage", peer.stage}});
-        }
-      }
-      known = current;
-    }
-    if (Clock::now() - last_replica_poll > std::chrono::milliseconds(500) || step == o.steps) {
-      last_replica_poll = Clock::now();
-      replicas.poll(registry, o.stages, write_metric);
-    }
-    auto counts = peers_per_stage(known, o.stages);
-    print(fmt::format("step {:4d}/{} | loss {:.4f} | {:6.0f} tok/s | peers/stage {} | global steps {} | retries {} "
-                      "| abandoned {} | {:.0f} s",
-                      step, o.steps, loss, tokens_per_s, fmt::join(counts, ","),
-                      fmt::join(replicas.newest(o.stages), ","), totals.retries, totals.abandoned, now),
-          true);
-    report.steps = step;
-    report.microbatches_started = totals.started;
-    report.microbatches_completed = totals.completed;
-    report.microbatches_abandoned = totals.abandoned;
-    report.retries = totals.retries;
-  }
-  training_done = true;
-  chaos_thread.join();
-  replicas.poll(registry, o.stages, write_metric);
-  report.replica_mismatches = static_cast<int64_t>(replicas.mismatched());
-  report.global_steps = replicas.newest(o.stages);
-  const double train_seconds = std::chrono::duration<double>(Clock::now() - training_started).count();
-  report.tokens_per_second = tokens_done / std::max(1e-9, train_seconds);
-
-  // Validation: forward only, through the swarm.
-  double val_sum = 0;
-  int val_count = 0;
-  for (size_t begin = 0; begin < windows.size(); begin += 8) {
-    const size_t count = std::min<size_t>(8, windows.size() - begin);
-    Tensor tokens = window_batch(windows, begin, count, false, seq);
-    Tensor targets = window_batch(windows, begin, count, true, seq);
-    MicrobatchOutcome outcome = trainers[0]->evaluate(tokens, targets);
-    if (!outcome.completed) return unavailable("validation failed: {}", outcome.abandon_reason);
-    val_sum += outcome.loss * count;
-    val_count += static_cast<int>(count);
-  }
-  report.validation_loss = val_count > 0 ? val_sum / val_count : 0;
-  report.seconds = elapsed();
+  print(fmt::format("all {} stages served after {:.1f} s; training", o.stages, metrics.seconds()), false);
+  SwarmRun run{o, start_step, data, metrics, registry, peers, std::move(chaos), std::move(known)};
+  SWARM_ASSIGN_OR_RETURN(LocalSwarmReport report, train_and_validate(run, print));
+  report.seconds = metrics.seconds();
   metrics.write({{"kind", "step"}, {"step", report.steps}, {"loss", report.last_loss},
                  {"validation_loss", report.validation_loss}, {"tokens_per_s", report.tokens_per_second},
                  {"microbatches_completed", report.microbatches_completed},

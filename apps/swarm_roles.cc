@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_stage.h"
+#include "swarm/compression/codecs.h"
 #include "swarm/core/log.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/dht_registry.h"
@@ -114,7 +115,7 @@ int run_peer(const PeerRoleOptions& options) {
     }
     config.server.security = *security;
   }
-  Peer<gpt::GptStage<CpuBackend>, ZmqTransport, DhtRegistry> peer(config, std::move(stage).value(), &*registry);
+  Peer<gpt::GptStage<CpuBackend>, ZmqTransport, DhtRegistry, compression::StandardCodecs> peer(config, std::move(stage).value(), &*registry);
   Status started = peer.start();
   if (!started.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", started.to_string());

@@ -13,7 +13,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/quantize.h"
-#include "swarm/compression/codebook8.h"
+#include "swarm/core/codebook8.h"
 #include "swarm/core/dtype.h"
 
 namespace {

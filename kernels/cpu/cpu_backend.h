@@ -8,7 +8,7 @@
 
 #include <cstring>
 
-#include "kernels/backend.h"
+#include "swarm/api/backend.h"
 #include "kernels/cpu/ops.h"
 
 namespace swarm {

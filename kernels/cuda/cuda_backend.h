@@ -18,7 +18,7 @@
 #include <memory>
 #include <utility>
 
-#include "kernels/backend.h"
+#include "swarm/api/backend.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
@@ -48,6 +48,8 @@ enum class CudaAttention { flash, cudnn };
 template <typename Value, CudaAttention kAttention = CudaAttention::flash>
 struct CudaBackendT {
   using backend_concept = backend_t;
+  using fused_residual_layernorm_concept = fused_residual_layernorm_t;
+  using fused_matmul_gelu_concept = fused_matmul_gelu_t;
   using stream_type = CudaStream;
   using value_type = Value;
   static constexpr Device device = Device::cuda;
@@ -173,5 +175,9 @@ using CudaBf16CudnnBackend = CudaBackendT<bf16, CudaAttention::cudnn>;
 static_assert(Backend<CudaBackend>);
 static_assert(Backend<CudaBf16Backend>);
 static_assert(Backend<CudaBf16CudnnBackend>);
+// Every CUDA backend fuses the residual into the LayerNorm and the GELU into the GEMM epilogue.
+static_assert(FusedResidualLayernormBackend<CudaBackend> && FusedMatmulGeluBackend<CudaBackend>);
+static_assert(FusedResidualLayernormBackend<CudaBf16Backend> && FusedMatmulGeluBackend<CudaBf16Backend>);
+static_assert(FusedResidualLayernormBackend<CudaBf16CudnnBackend> && FusedMatmulGeluBackend<CudaBf16CudnnBackend>);
 
 }  // namespace swarm

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "kernels/cuda/cuda_check.h"
-#include "swarm/optim/optim_math.h"
+#include "swarm/core/optim_math.h"
 
 namespace swarm::cuda {
 namespace {

@@ -7,7 +7,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/element_types.cuh"
 #include "kernels/cuda/grad_norm.h"
-#include "swarm/optim/optim_math.h"
+#include "swarm/core/optim_math.h"
 
 namespace swarm::cuda {
 namespace {

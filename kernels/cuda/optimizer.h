@@ -22,7 +22,7 @@
 
 #include "kernels/cuda/grad_norm.h"
 #include "swarm/core/status.h"
-#include "swarm/optim/optim_math.h"
+#include "swarm/core/optim_math.h"
 
 namespace swarm::cuda {
 

@@ -5,7 +5,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/element_types.cuh"
 #include "kernels/cuda/quantize.h"
-#include "swarm/compression/codebook8.h"
+#include "swarm/core/codebook8.h"
 
 namespace swarm::cuda {
 namespace {

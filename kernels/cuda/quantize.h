@@ -5,7 +5,7 @@
 // absmax is a block-local max (exact and order-free: the same bits every run)
 // and nothing crosses blocks. Each thread keeps its 16 values in registers
 // between the absmax reduction and the encoding, so values are read once. The
-// per-value math is the SWARM_HOST_DEVICE code of swarm/compression/codebook8.h
+// per-value math is the SWARM_HOST_DEVICE code of swarm/core/codebook8.h
 // that the CPU codec runs; the codebook sits in __constant__ memory and each
 // block copies it into shared memory, where the lanes' diverging binary-search
 // probes cost bank conflicts instead of constant-cache serialization. Full

@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/backend.h"
+#include "swarm/api/backend.h"
 #include "models/gpt/config.h"
 #include "swarm/core/tensor.h"
-#include "swarm/stage/stage.h"
+#include "swarm/api/stage.h"
 
 namespace swarm::gpt {
 
@@ -36,6 +36,8 @@ template <Backend B>
 class GptStage {
  public:
   using stage_concept = stage_t;
+  using caching_stage_concept = caching_stage_t;
+  using backward_after_forward_concept = backward_after_forward_stage_t;
 
   // Parameters are initialized from (seed, name), so a split model starts with
   // exactly the weights of the whole one.
@@ -54,6 +56,9 @@ class GptStage {
   Status zero_grad();
   // The last stage takes targets and outputs the loss.
   bool takes_targets() const { return layout().has_head(); }
+  // Tokens i32 [B, T] into the first stage, f32 [B, T, d_model] between stages,
+  // i32 [B, T] targets and the f32 [1] loss at the last.
+  StageIoSpec io_spec() const;
 
   Result<Tensor> forward(const TensorView& input, const TensorView* targets);
   // grad_output: d(loss) as f32 [1] for the last stage, else f32 [B, T, C].

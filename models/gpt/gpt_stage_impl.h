@@ -21,14 +21,8 @@ struct GptStage<B>::State {
   static constexpr bool kFloatValues = std::is_same_v<X, float>;
   static constexpr DType kValueDType = dtype_of_v<X>;
   // Fused ops a backend may offer beyond the concept (the CUDA one does).
-  static constexpr bool kFusedResidualNorm =
-      requires(X* x, const X* cx, float* f, typename B::stream_type s) {
-        B::residual_layernorm_forward(x, x, f, f, cx, cx, cx, cx, 1, 1, s);
-      };
-  static constexpr bool kFusedGelu = requires(X* x, const X* cx, float* f, typename B::stream_type s) {
-    B::matmul_gelu_forward(x, x, cx, cx, cx, 1, 1, 1, s);
-    B::matmul_backward_dgelu(x, f, f, cx, cx, cx, cx, 1, 1, 1, s);
-  };
+  static constexpr bool kFusedResidualNorm = FusedResidualLayernormBackend<B>;
+  static constexpr bool kFusedGelu = FusedMatmulGeluBackend<B>;
 
   struct BlockParams {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
@@ -430,6 +424,19 @@ template <Backend B>
 const GptConfig& GptStage<B>::config() const { return state_->config; }
 template <Backend B>
 const StageLayout& GptStage<B>::layout() const { return state_->layout; }
+
+template <Backend B>
+StageIoSpec GptStage<B>::io_spec() const {
+  const int64_t d = config().d_model;
+  const TensorSpec tokens{DType::i32, {-1, -1}};
+  const TensorSpec hidden{DType::f32, {-1, -1, d}};
+  StageIoSpec spec{layout().has_embedding() ? tokens : hidden, std::nullopt, hidden};
+  if (layout().has_head()) {
+    spec.targets = tokens;
+    spec.output = TensorSpec{DType::f32, {1}};
+  }
+  return spec;
+}
 template <Backend B>
 std::vector<Parameter>& GptStage<B>::parameters() {
   state_->compute_values_stale = true;  // the caller may write the masters

@@ -15,7 +15,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "swarm/core/tensor.h"
-#include "swarm/stage/stage.h"
+#include "swarm/api/stage.h"
 
 namespace swarm::mlp {
 
@@ -50,6 +50,14 @@ class MlpStage {
   }
 
   bool takes_targets() const { return config_.loss; }
+  StageIoSpec io_spec() const {
+    StageIoSpec spec{{DType::f32, {-1, config_.in}}, std::nullopt, {DType::f32, {-1, config_.out}}};
+    if (config_.loss) {
+      spec.targets = TensorSpec{DType::f32, {-1, config_.out}};
+      spec.output = TensorSpec{DType::f32, {1}};
+    }
+    return spec;
+  }
 
   Result<Tensor> forward(const TensorView& input, const TensorView* targets) {
     SWARM_RETURN_IF_ERROR(check(input, targets));

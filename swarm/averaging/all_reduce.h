@@ -15,13 +15,22 @@
 // Every surviving member ends with the same averaged vector, bit for bit, because
 // each part is computed once, by its owner.
 //
-//   swarm::AllReduceInbox inbox;                 // the peer's server delivers parts here
+// Parts travel in the round's codec (AllReduceConfig::codec, from a CodecTable the
+// caller names; this package sees only the concept). The owner decodes every
+// contribution, its own included after the same encode/decode round trip, and
+// keeps decode(encode(mean)) of its part: exactly what the others decode from the
+// bytes it sends, so the lossy codecs keep the replicas bit-identical too.
+//
+//   swarm::AllReduceInbox inbox;                 // the peer's server delivers parts here:
+//   //   inbox.deliver<Codecs>(message, config.codec)
 //   SWARM_ASSIGN_OR_RETURN(swarm::AllReduceResult r,
-//       swarm::butterfly_all_reduce(clients, inbox, round, local_mean, config));
+//       swarm::butterfly_all_reduce<Codecs>(clients, inbox, round, local_mean, config));
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -35,10 +44,11 @@
 #include <utility>
 #include <vector>
 
+#include "swarm/api/codec.h"
 #include "swarm/averaging/averaging_messages.h"
-#include "transports/client_cache.h"
+#include "swarm/protocol/client_cache.h"
 #include "swarm/core/status.h"
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm {
 
@@ -57,6 +67,9 @@ struct AllReduceConfig {
   double part_timeout_seconds = 5.0;     // each phase's wait for its parts
   double round_timeout_seconds = 30.0;   // all attempts together
   double ping_timeout_seconds = 1.0;     // who is still alive, after a failed attempt
+  // How the parts travel, both phases. Every member of a round must use the same
+  // one: an inbox refuses parts in another codec.
+  CodecId codec = CodecId::none;
 
   Status validate() const;
 };
@@ -93,6 +106,12 @@ struct AllReduceResult {
   std::vector<std::pair<std::string, uint64_t>> params_hashes;
   int attempts = 0;
   int64_t messages_sent = 0;
+  // What this peer sent of the gradient parts, over all attempts, both phases: the
+  // encoded payload bytes (control fields not included) and the float values they
+  // carry. Their ratio is the round's bytes per value: 4 for none, 2 for fp16 and
+  // bf16, 1 + 4/4096 and a little per chunk for 8bit.
+  int64_t payload_bytes_sent = 0;
+  int64_t payload_values_sent = 0;
 };
 
 // Test hooks. Called after each part this peer sends; an error aborts the round at
@@ -109,14 +128,37 @@ class AllReduceInbox {
     double weight = 0;
     uint64_t params_hash = 0;
     std::string sender;
-    std::vector<float> values;
+    std::vector<float> values;  // decoded: always finite
   };
   // phase 0: a contribution to part `part` from member `from`; phase 1: the averaged part from its owner.
   using Key = std::tuple<uint64_t /*digest*/, int /*phase*/, int /*part*/, int /*chunk*/, int /*from*/>;
 
-  // From the server handler: validates and stores. Parts of rounds at or before a
-  // step this peer has finished are refused, so stale mail cannot pile up.
+  // A CodecTable's members, type-erased, so the inbox itself is no template.
+  struct Decoder {
+    CodecId codec = CodecId::none;  // the round's codec: a part in any other is refused
+    Result<uint64_t> (*encoded_bytes)(CodecId, uint64_t) = nullptr;
+    Status (*decode)(CodecId, std::span<const std::byte>, std::span<float>) = nullptr;
+  };
+
+  // From the server handler: validates, decodes with the codec named in the
+  // part's tensor header, and stores the values. Refused with invalid_argument: a
+  // malformed part, a codec other than `codec` (the round's), a payload whose size
+  // is not that codec's for the element count, a value or scale that is not
+  // finite. Parts of rounds at or before a step this peer has finished are refused
+  // (failed_precondition), so stale mail cannot pile up. Every refusal is counted.
+  template <CodecTable Codecs>
+  Status deliver(const wire::DecodedMessage& message, CodecId codec) {
+    return deliver(message, Decoder{codec,
+                                    [](CodecId id, uint64_t n) { return Codecs::encoded_bytes(id, n); },
+                                    [](CodecId id, std::span<const std::byte> encoded, std::span<float> values) {
+                                      return Codecs::decode(id, encoded, values);
+                                    }});
+  }
+  Status deliver(const wire::DecodedMessage& message, const Decoder& decoder);
+  // A round in codec none (raw f32), which needs no codec table.
   Status deliver(const wire::DecodedMessage& message);
+  // Parts deliver refused so far, for any reason.
+  int64_t refused() const { return refused_.load(); }
 
   // Waits until `done()` (called under the lock) or the deadline.
   template <typename Predicate>
@@ -140,13 +182,36 @@ class AllReduceInbox {
   std::condition_variable cv_;
   std::map<Key, Part> mail_;
   int64_t finished_step_ = -1;
+  std::atomic<int64_t> refused_{0};
 };
 
 namespace all_reduce_detail {
 
+// One part message whose values are already encoded in `codec` (count values);
+// the payload frame is shared, not copied.
+Result<wire::Frames> encode_part(int stage, uint64_t digest, int64_t step, int phase, int part, int chunk, int from,
+                                 const std::string& sender, double weight, uint64_t params_hash, CodecId codec,
+                                 int64_t count, wire::Frame payload);
+// The same with raw f32 values (codec none).
 Result<wire::Frames> encode_part(int stage, uint64_t digest, int64_t step, int phase, int part, int chunk, int from,
                                  const std::string& sender, double weight, uint64_t params_hash,
                                  std::span<const float> values);
+
+// values in `codec`, as one frame.
+template <CodecTable Codecs>
+Result<wire::Frame> encode_values(CodecId codec, std::span<const float> values) {
+  SWARM_ASSIGN_OR_RETURN(uint64_t bytes, Codecs::encoded_bytes(codec, values.size()));
+  std::string buffer(static_cast<size_t>(bytes), '\0');
+  SWARM_RETURN_IF_ERROR(Codecs::encode(codec, values, std::as_writable_bytes(std::span<char>(buffer))));
+  return wire::Frame(std::move(buffer));
+}
+
+// A frame of encode_values decoded into values (of the size it was encoded from):
+// what every receiver of that frame decodes.
+template <CodecTable Codecs>
+Status decode_frame(CodecId codec, const wire::Frame& encoded, std::span<float> values) {
+  return Codecs::decode(codec, std::as_bytes(std::span<const char>(encoded.data(), encoded.size())), values);
+}
 
 // Owner-side reduction of one chunk: contributions in member order; the weighted
 // mean, accumulated in double. Missing contributions (nullptr) are skipped.
@@ -155,12 +220,20 @@ std::vector<float> weighted_mean(const std::vector<const std::vector<float>*>& v
 
 }  // namespace all_reduce_detail
 
-template <Transport T>
+// Codecs: the CodecTable that encodes and decodes config.codec (which it must
+// support). An error of encoding this peer's own numbers (fp16 refuses |x| > 65504)
+// ends the round with that error. A group of one returns local_mean as it is:
+// nothing travels, so nothing is quantized.
+template <CodecTable Codecs, Transport T>
 Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceInbox& inbox, AllReduceRound round,
                                              std::span<const float> local_mean, const AllReduceConfig& config,
                                              const AllReduceHooks& hooks = {}) {
   using namespace all_reduce_detail;
   SWARM_RETURN_IF_ERROR(config.validate());
+  const CodecId codec = config.codec;
+  if (!Codecs::supports(codec)) {
+    return invalid_argument("all-reduce: the codec table does not support codec {}", codec_name(codec));
+  }
   auto seconds = [](double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
   const Deadline round_deadline = Clock::now() + seconds(config.round_timeout_seconds);
   const int64_t total = static_cast<int64_t>(local_mean.size());
@@ -173,7 +246,13 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
   const size_t starting_size = members.size();
   AllReduceResult result;
   uint64_t request_id = 1;
-  std::map<uint64_t, std::vector<float>> reduced_by_group;
+  // This peer's part, reduced, per group: the values it keeps (already through the
+  // codec's round trip) and, per chunk, the encoded bytes it sends.
+  struct Reduced {
+    std::vector<float> values;
+    std::vector<wire::Frame> encoded;
+  };
+  std::map<uint64_t, Reduced> reduced_by_group;
   std::map<uint64_t, int> tries_by_group;
   std::map<std::string, uint64_t> contributor_hashes;
   for (;;) {
@@ -205,8 +284,9 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
     int64_t parts_sent = 0;
 
     // Sends chunk messages to every other member, all in flight at once; a member
-    // whose call fails is marked failed. Returns the hook's verdict.
-    auto send_all = [&](int phase, auto values_of) -> Status {
+    // whose call fails is marked failed. payload_of(part, chunk) gives the encoded
+    // values. Returns the hook's verdict, or an error of encoding.
+    auto send_all = [&](int phase, auto payload_of) -> Status {
       struct Pending {
         int to;
         decltype(std::declval<typename T::client_type&>().call(wire::Frames{}, Deadline{})) call;
@@ -223,12 +303,16 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
         const int part = phase == 0 ? j : me;
         for (size_t c = 0; c < chunks[part].size(); ++c) {
           const ElementRange range = chunks[part][c];
+          SWARM_ASSIGN_OR_RETURN(wire::Frame payload, payload_of(part, c));
+          const int64_t payload_bytes = static_cast<int64_t>(payload.size());
           SWARM_ASSIGN_OR_RETURN(
               wire::Frames frames,
               encode_part(round.stage, digest, round.step, phase, part, static_cast<int>(c), me, round.my_id,
-                          round.weight, round.params_hash, values_of(range)));
+                          round.weight, round.params_hash, codec, range.size(), std::move(payload)));
           pending.push_back({j, client->call(std::move(frames), deadline)});
           ++result.messages_sent;
+          result.payload_bytes_sent += payload_bytes;
+          result.payload_values_sent += range.size();
           ++parts_sent;
           if (hooks.after_send) SWARM_RETURN_IF_ERROR(hooks.after_send(parts_sent));
         }
@@ -247,7 +331,10 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
         (result.attempts > 1 ? 2 * config.part_timeout_seconds + config.ping_timeout_seconds : 0.0);
 
     // Reduce-scatter.
-    SWARM_RETURN_IF_ERROR(send_all(0, [&](ElementRange r) { return local_mean.subspan(r.begin, r.size()); }));
+    SWARM_RETURN_IF_ERROR(send_all(0, [&](int part, size_t c) {
+      const ElementRange r = chunks[part][c];
+      return encode_values<Codecs>(codec, local_mean.subspan(r.begin, r.size()));
+    }));
     const auto& mine = chunks[me];
     // An owner computes its part once per group: a later attempt of the same group
     // re-sends the same numbers, so a late copy from an earlier attempt is identical.
@@ -262,12 +349,20 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
         }
         return true;
       });
-      std::vector<float> reduced(static_cast<size_t>(parts[me].size()));
+      Reduced reduced;
+      reduced.values.resize(static_cast<size_t>(parts[me].size()));
+      reduced.encoded.reserve(mine.size());
       for (size_t c = 0; c < mine.size(); ++c) {
         std::vector<std::optional<AllReduceInbox::Part>> got(n);
         std::vector<const std::vector<float>*> values(n, nullptr);
         std::vector<double> weights(n, 0.0);
-        std::vector<float> own(local_mean.begin() + mine[c].begin, local_mean.begin() + mine[c].end);
+        // This peer's own contribution goes through the codec like everyone else's.
+        std::vector<float> own(static_cast<size_t>(mine[c].size()));
+        {
+          SWARM_ASSIGN_OR_RETURN(wire::Frame own_encoded,
+                                 encode_values<Codecs>(codec, local_mean.subspan(mine[c].begin, mine[c].size())));
+          SWARM_RETURN_IF_ERROR(decode_frame<Codecs>(codec, own_encoded, own));
+        }
         for (int i = 0; i < n; ++i) {
           if (i == me) {
             values[i] = &own;
@@ -281,17 +376,21 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
           contributor_hashes[members[i].peer_id] = got[i]->params_hash;
         }
         std::vector<float> mean = weighted_mean(values, weights, mine[c].size());
-        std::copy(mean.begin(), mean.end(), reduced.begin() + (mine[c].begin - parts[me].begin));
+        // Encoded once, sent to all; the owner keeps exactly what they decode.
+        SWARM_ASSIGN_OR_RETURN(wire::Frame encoded, encode_values<Codecs>(codec, mean));
+        SWARM_RETURN_IF_ERROR(decode_frame<Codecs>(codec, encoded, mean));
+        std::copy(mean.begin(), mean.end(), reduced.values.begin() + (mine[c].begin - parts[me].begin));
+        reduced.encoded.push_back(std::move(encoded));
       }
       cached = reduced_by_group.emplace(digest, std::move(reduced)).first;
     }
     for (const auto& [id, h] : contributor_hashes) hashes[id] = h;
-    const std::vector<float>& reduced = cached->second;
+    const std::vector<float>& reduced = cached->second.values;
+    const std::vector<wire::Frame>& reduced_encoded = cached->second.encoded;
 
-    // All-gather.
-    SWARM_RETURN_IF_ERROR(send_all(1, [&](ElementRange r) {
-      return std::span<const float>(reduced).subspan(r.begin - parts[me].begin, r.size());
-    }));
+    // All-gather: the same bytes to everyone.
+    SWARM_RETURN_IF_ERROR(
+        send_all(1, [&](int, size_t c) -> Result<wire::Frame> { return reduced_encoded[c]; }));
     inbox.wait_until(std::min(round_deadline, Clock::now() + seconds(wait_seconds)), [&] {
       for (int j = 0; j < n; ++j) {
         if (j == me || failed.count(j)) continue;  // an owner we could not reach sends nothing

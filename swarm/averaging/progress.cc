@@ -19,7 +19,8 @@ std::string ProgressRecord::to_json() const {
                         {"samples", samples},     {"samples_per_s", samples_per_second},
                         {"time", published_at},   {"averaging", averaging},
                         {"hash", hex64(params_hash)}, {"hashes", hashes},
-                        {"mates", stage_mates_seen}, {"nonce", hex64(round_nonce)}}
+                        {"mates", stage_mates_seen}, {"nonce", hex64(round_nonce)},
+                        {"allreduce_bytes", allreduce_bytes}, {"allreduce_values", allreduce_values}}
       .dump();
 }
 
@@ -38,6 +39,8 @@ Result<ProgressRecord> ProgressRecord::from_json(const std::string& text) {
     r.published_at = j.at("time").get<double>();
     r.averaging = j.value("averaging", false);
     r.stage_mates_seen = j.value("mates", 0);
+    r.allreduce_bytes = j.value("allreduce_bytes", int64_t{0});
+    r.allreduce_values = j.value("allreduce_values", int64_t{0});
     SWARM_ASSIGN_OR_RETURN(r.round_nonce, parse_hex64(j.value("nonce", "0")));
     SWARM_ASSIGN_OR_RETURN(r.params_hash, parse_hex64(j.value("hash", "0")));
     if (j.contains("hashes")) {
@@ -46,7 +49,7 @@ Result<ProgressRecord> ProgressRecord::from_json(const std::string& text) {
         r.recent_hashes.emplace_back(entry.at(0).get<int64_t>(), h);
       }
     }
-    if (r.step < 0 || r.samples < 0 || !std::isfinite(r.samples_per_second) || r.samples_per_second < 0) {
+    if (r.step < 0 || r.samples < 0 || r.allreduce_bytes < 0 || r.allreduce_values < 0 || !std::isfinite(r.samples_per_second) || r.samples_per_second < 0) {
       return invalid_argument("progress record of {}: negative or non-finite counts", r.peer_id);
     }
     return r;

@@ -39,6 +39,10 @@ struct ProgressRecord {
   // Recent (step, params hash) pairs, newest last, so an observer that polls
   // less often than peers step still sees every step's hash.
   std::vector<std::pair<int64_t, uint64_t>> recent_hashes;
+  // Gradient payloads it has sent in all-reduce rounds, cumulative: encoded bytes and
+  // the float values they carry (for the run's bytes per value).
+  int64_t allreduce_bytes = 0;
+  int64_t allreduce_values = 0;
 
   std::string to_json() const;
   static Result<ProgressRecord> from_json(const std::string& text);

@@ -24,9 +24,9 @@
 
 #include "swarm/averaging/all_reduce.h"
 #include "swarm/averaging/averaging_messages.h"
-#include "transports/client_cache.h"
+#include "swarm/protocol/client_cache.h"
 #include "swarm/checkpoint/checkpoint.h"
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm {
 

@@ -23,7 +23,7 @@
 #include <span>
 #include <vector>
 
-#include "swarm/compression/codebook8.h"
+#include "swarm/core/codebook8.h"
 #include "swarm/core/status.h"
 
 namespace swarm::compression {

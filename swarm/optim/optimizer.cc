@@ -4,7 +4,7 @@
 #include <cmath>
 #include <set>
 
-#include "swarm/optim/optim_math.h"
+#include "swarm/core/optim_math.h"
 
 namespace swarm::optim {
 namespace {

@@ -17,7 +17,7 @@
 
 #include "swarm/checkpoint/checkpoint.h"
 #include "swarm/core/status.h"
-#include "swarm/stage/stage.h"
+#include "swarm/api/stage.h"
 
 namespace swarm {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "swarm/core/status.h"
-#include "swarm/registry/registry.h"
+#include "swarm/api/registry.h"
 
 namespace swarm {
 

@@ -1,5 +1,10 @@
 // trainer: pushes microbatches through the stages of a swarm.
 //
+// Messages follow the typed stage protocol (swarm/protocol/stage_protocol.h). The
+// trainer keeps the exact bytes each stage returned and passes them on, to the next
+// stage and again with the backward, so activations are encoded once, by the peer
+// that computed them, and a recomputed forward sees bit-identical input.
+//
 // For every hop the Router picks a peer of the next stage; a failed or late
 // peer is reported and the hop is retried on another peer of the same stage.
 // The trainer keeps each stage's input until that stage's backward is done,
@@ -7,7 +12,7 @@
 // microbatch ends in the ledger as completed or abandoned (with a reason):
 // nothing is silently lost. Many threads may run microbatches at once.
 //
-//   swarm::Trainer<StochasticWiringRouter, ZmqTransport, DhtRegistry> trainer(config, routers, &registry);
+//   swarm::Trainer<StochasticWiringRouter, ZmqTransport, DhtRegistry, StandardCodecs> trainer(config, routers, &registry);
 //   MicrobatchOutcome outcome = trainer.run_microbatch(tokens, targets);
 #pragma once
 
@@ -22,13 +27,16 @@
 
 #include <fmt/format.h>
 
+#include "swarm/api/codec.h"
+#include "swarm/api/registry.h"
+#include "swarm/api/router.h"
+#include "swarm/api/transport.h"
 #include "swarm/core/log.h"
-#include "swarm/peer/peer.h"
-#include "swarm/registry/registry.h"
-#include "swarm/wiring/router.h"
+#include "swarm/protocol/client_cache.h"
+#include "swarm/protocol/records.h"
+#include "swarm/protocol/stage_protocol.h"
+#include "swarm/protocol/tensor_codec.h"
 #include "swarm/wire/wire.h"
-#include "transports/client_cache.h"
-#include "transports/transport.h"
 
 namespace swarm {
 
@@ -44,6 +52,15 @@ struct TrainerConfig {
   // serve it for this long.
   double abandon_after_seconds = 60.0;
   ClientOptions client;
+  // Float tensors travel in this codec; every stage must declare the same one.
+  CodecId codec = CodecId::blockwise8;
+};
+
+// Pipeline payloads (all four transfers) this trainer sent and received, cumulative:
+// logical values and encoded bytes. Every pipeline message has the trainer at one end.
+struct WireVolume {
+  int64_t values = 0;
+  int64_t bytes = 0;
 };
 
 struct MicrobatchOutcome {
@@ -77,7 +94,7 @@ struct ServedCounts {
   int64_t failures = 0;
 };
 
-template <Router Rt, Transport T, Registry R>
+template <Router Rt, Transport T, Registry R, CodecTable Codecs>
 class Trainer {
  public:
   Trainer(TrainerConfig config, std::vector<Rt> routers, R* registry)
@@ -126,6 +143,10 @@ class Trainer {
     return out;
   }
 
+  WireVolume wire_volume() const {
+    return {wire_values_.load(std::memory_order_relaxed), wire_bytes_.load(std::memory_order_relaxed)};
+  }
+
   // Peers each stage can use now, as the router sees them.
   std::vector<size_t> usable_peers() {
     std::vector<size_t> counts;
@@ -149,44 +170,52 @@ class Trainer {
 
   MicrobatchOutcome run(const Tensor& tokens, const Tensor& targets, bool backward) {
     MicrobatchOutcome outcome;
-    const int stages = config_.num_stages;
-    const int last = stages - 1;
+    const int last = config_.num_stages - 1;
     const int64_t batch = tokens.shape().rank() > 0 ? tokens.shape()[0] : 1;
-    std::vector<Tensor> inputs(stages);
-    inputs[0] = tokens;
+    auto first = protocol::encode_floats<Codecs>(tokens, config_.codec);
+    if (!first.is_ok()) return abandon(outcome, 0, "forward", first.status());
+    // Each stage's input, as sent, until that stage's backward is done.
+    std::vector<wire::EncodedTensor> inputs(config_.num_stages);
+    inputs[0] = std::move(first).value();
+    const wire::EncodedTensor labels = protocol::raw_tensor(targets);
     for (int s = 0; s < last; ++s) {
-      auto output = call_stage(s, TaskKind::forward, wire::MessageKind::forward, {inputs[s]}, batch, &outcome);
-      if (!output.is_ok()) return abandon(outcome, s, "forward", output.status());
-      inputs[s + 1] = std::move((*output)[0]);
+      auto reply = call_stage(s, make_request(wire::MessageKind::forward, inputs[s]), batch, &outcome);
+      if (!reply.is_ok()) return abandon(outcome, s, "forward", reply.status());
+      if (!reply->tensor) return abandon(outcome, s, "forward", internal("the reply carries no output"));
+      inputs[s + 1] = std::move(*reply->tensor);
     }
     if (!backward) {
-      auto loss = call_stage(last, TaskKind::forward, wire::MessageKind::forward, {inputs[last], targets}, batch,
-                             &outcome);
-      if (!loss.is_ok()) return abandon(outcome, last, "forward", loss.status());
-      outcome.loss = (*loss)[0].template data<float>()[0];
+      auto reply = call_stage(last, make_request(wire::MessageKind::forward, inputs[last], {}, labels), batch, &outcome);
+      if (!reply.is_ok()) return abandon(outcome, last, "forward", reply.status());
+      outcome.loss = *reply->loss;
       outcome.completed = true;
       return outcome;
     }
     // The last stage's forward and backward are one request: its reply is
     // [input gradient, loss], which saves a forward and a round trip.
-    Tensor grad = *Tensor::empty(Shape{1}, DType::f32);
-    grad.data<float>()[0] = 1.0f;
+    Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
+    d_loss.data<float>()[0] = 1.0f;
+    wire::EncodedTensor grad = protocol::raw_tensor(d_loss);
     for (int s = last; s >= 0; --s) {
-      std::vector<TensorView> tensors{inputs[s], grad};
-      if (s == last) tensors.push_back(targets);
-      auto reply = call_stage(s, TaskKind::backward, wire::MessageKind::backward, tensors, batch, &outcome);
+      auto request = make_request(wire::MessageKind::backward, inputs[s], grad,
+                                  s == last ? std::optional(labels) : std::nullopt);
+      auto reply = call_stage(s, std::move(request), batch, &outcome);
       if (!reply.is_ok()) return abandon(outcome, s, "backward", reply.status());
-      if (s == last) {
-        if (reply->size() < 2 || (*reply)[1].numel() != 1) {
-          return abandon(outcome, s, "backward", internal("the last stage's reply lacks the loss"));
-        }
-        outcome.loss = (*reply)[1].template data<float>()[0];
+      if (s == last) outcome.loss = *reply->loss;
+      if (s > 0) {
+        if (!reply->tensor) return abandon(outcome, s, "backward", internal("the reply carries no input gradient"));
+        grad = std::move(*reply->tensor);
       }
-      grad = std::move((*reply)[0]);
-      inputs[s] = Tensor();  // this stage's backward is done: its input can go
+      inputs[s] = wire::EncodedTensor();  // this stage's backward is done: its input can go
     }
     outcome.completed = true;
     return outcome;
+  }
+
+  protocol::StageRequest make_request(wire::MessageKind kind, const wire::EncodedTensor& input,
+                                      std::optional<wire::EncodedTensor> grad_output = std::nullopt,
+                                      std::optional<wire::EncodedTensor> targets = std::nullopt) {
+    return protocol::StageRequest{kind, next_request_.fetch_add(1), input, std::move(grad_output), std::move(targets)};
   }
 
   MicrobatchOutcome abandon(MicrobatchOutcome outcome, int stage, const char* what, const Status& status) {
@@ -235,18 +264,17 @@ class Trainer {
     }
   }
 
-  // One hop: pick a peer, call it, retry elsewhere on failure. The result is an
-  // owned copy of the reply's tensors.
-  Result<std::vector<Tensor>> call_stage(int index, TaskKind kind, wire::MessageKind message_kind,
-                            const std::vector<TensorView>& tensors, int64_t batch, MicrobatchOutcome* outcome) {
+  // One hop: pick a peer, call it, retry elsewhere on failure. The reply's tensors
+  // share the received frames.
+  Result<protocol::StageReply> call_stage(int index, protocol::StageRequest message, int64_t batch,
+                                          MicrobatchOutcome* outcome) {
     StageState& stage = *stages_[index];
+    const TaskKind kind = message.kind == wire::MessageKind::forward ? TaskKind::forward : TaskKind::backward;
+    const bool has_loss = message.targets.has_value();
     const double give_up_at = now() + config_.abandon_after_seconds;
     std::vector<std::string> tried;
-    wire::MessageHeader header;
-    header.kind = message_kind;
-    header.stage = static_cast<uint32_t>(index);
-    header.request_id = next_request_.fetch_add(1);
-    SWARM_ASSIGN_OR_RETURN(wire::Frames request, wire::encode_message(header, tensors));
+    SWARM_ASSIGN_OR_RETURN(wire::Frames request, protocol::encode_request(message, index, config_.codec));
+    const protocol::PayloadVolume request_volume = protocol::volume_of(message);
     Status last_error = unavailable("stage {} has no peers", index);
     bool force_refresh = false;
     while (true) {
@@ -276,12 +304,14 @@ class Trainer {
       const double started = now();
       Result<wire::Frames> reply = unavailable("cannot connect to {}", address);
       if (client) {
+        count_volume(request_volume);
         reply = client->call(request, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                         std::chrono::duration<double>(timeout)))
                     .get();
       }
       const double duration = now() - started;
-      Result<std::vector<Tensor>> tensor = decode_reply(reply);
+      Result<protocol::StageReply> tensor =
+          reply.is_ok() ? protocol::parse_reply(*reply, wire::Limits{}, has_loss) : Result<protocol::StageReply>(reply.status());
       const bool ok = tensor.is_ok();
       const auto outcome_kind = ok ? Outcome::success
                                    : (tensor.status().code() == StatusCode::deadline_exceeded ? Outcome::timeout
@@ -296,7 +326,10 @@ class Trainer {
         events_.push_back({outcome_kind == Outcome::timeout ? "timed_out" : "banned", *peer, index,
                            tensor.status().to_string()});
       }
-      if (ok) return tensor;
+      if (ok) {
+        count_volume(protocol::volume_of(*tensor));
+        return tensor;
+      }
       // A bad request is our fault, not the peer's: retrying elsewhere cannot help.
       if (tensor.status().code() == StatusCode::invalid_argument) return tensor.status();
       last_error = tensor.status().with_context(*peer);
@@ -305,18 +338,9 @@ class Trainer {
     }
   }
 
-  static Result<std::vector<Tensor>> decode_reply(const Result<wire::Frames>& reply) {
-    if (!reply.is_ok()) return reply.status();
-    SWARM_ASSIGN_OR_RETURN(wire::DecodedMessage message, wire::decode_message(reply->views(), wire::Limits{}));
-    if (message.header.kind == wire::MessageKind::error) return wire::status_from_error_reply(message.header);
-    if (message.header.kind != wire::MessageKind::result) return internal("unexpected reply kind");
-    std::vector<Tensor> tensors;
-    for (const auto& decoded : message.tensors) {
-      SWARM_ASSIGN_OR_RETURN(Tensor copy, Tensor::copy_of(decoded.view));
-      tensors.push_back(std::move(copy));
-    }
-    if (tensors.empty()) tensors.emplace_back();  // e.g. the first stage's backward: no input gradient
-    return tensors;
+  void count_volume(const protocol::PayloadVolume& volume) {
+    wire_values_.fetch_add(volume.values, std::memory_order_relaxed);
+    wire_bytes_.fetch_add(volume.bytes, std::memory_order_relaxed);
   }
 
   TrainerConfig config_;
@@ -324,6 +348,8 @@ class Trainer {
   Clock::time_point started_at_;
   std::vector<std::unique_ptr<StageState>> stages_;
   std::atomic<uint64_t> next_request_{1};
+  std::atomic<int64_t> wire_values_{0};
+  std::atomic<int64_t> wire_bytes_{0};
 
   ClientCache<T> clients_;
   mutable std::mutex ledger_mu_;

@@ -71,6 +71,14 @@ int64_t first_non_finite(DType dtype, std::string_view payload) {
   return -1;
 }
 
+// The part of a lossy payload that can hold a NaN/Inf, read as which dtype.
+std::pair<DType, std::string_view> lossy_checked_part(Codec codec, uint64_t numel, std::string_view payload) {
+  if (codec == Codec::fp16) return {DType::f16, payload};
+  if (codec == Codec::bf16) return {DType::bf16, payload};
+  const uint64_t blocks = numel / kBlockwise8BlockSize + (numel % kBlockwise8BlockSize != 0);
+  return {DType::f32, payload.substr(0, static_cast<std::size_t>(blocks * 4))};
+}
+
 // Returns the rejection (as a value) or fills `out`; kept separate so both
 // decode_message overloads share one list of checks.
 std::optional<Rejected> decode_into(const std::vector<std::string_view>& frames, const Limits& limits,
@@ -112,6 +120,9 @@ std::optional<Rejected> decode_into(const std::vector<std::string_view>& frames,
   if (buffer.remaining() != 0) {
     return fail(Rejection::bad_header,
                 invalid_argument("{} unexpected bytes after the message header", buffer.remaining()));
+  }
+  if (header.reply_codec > kMaxCodecCode) {
+    return fail(Rejection::bad_dtype, invalid_argument("unknown reply codec {}", static_cast<unsigned>(header.reply_codec)));
   }
   if (static_cast<uint8_t>(header.kind) > kMaxMessageKindCode) {
     return fail(Rejection::bad_kind,
@@ -174,6 +185,17 @@ std::optional<Rejected> decode_into(const std::vector<std::string_view>& frames,
       return fail(Rejection::frame_mismatch,
                   invalid_argument("tensor {}: frame has {} bytes, shape {} needs {}", i, payload.size(),
                                    shape->to_string(), *expected));
+    }
+    if (codec != Codec::none) {
+      // Lossy payloads are checked where a forged one could decode to NaN/Inf: the
+      // half-precision values themselves, or the blockwise scales.
+      const auto [bad_dtype, checked] = lossy_checked_part(codec, numel, payload);
+      const int64_t bad = first_non_finite(bad_dtype, checked);
+      if (bad >= 0) {
+        return fail(Rejection::non_finite,
+                    invalid_argument("tensor {}: {} element {} is NaN or Inf", i,
+                                     codec == Codec::blockwise8 ? "block scale" : "encoded", bad));
+      }
     }
     DecodedTensor decoded{*dtype, codec, *shape, payload, TensorView()};
     if (codec == Codec::none) {
@@ -285,6 +307,39 @@ Result<Frames> encode_message(const MessageHeader& header, std::span<const Tenso
   return frames;
 }
 
+Result<Frames> encode_message_payloads(const MessageHeader& header, std::span<const EncodedTensor> tensors) {
+  if (tensors.size() > kMaxWireTensors) {
+    return invalid_argument("{} tensors exceed the wire format's bound of {}", tensors.size(), kMaxWireTensors);
+  }
+  if (header.error_text.size() > kMaxWireText) {
+    return invalid_argument("error text of {} bytes exceeds the wire format's bound of {}",
+                            header.error_text.size(), kMaxWireText);
+  }
+  MessageHeader filled = header;
+  filled.tensors.clear();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const EncodedTensor& tensor = tensors[i];
+    SWARM_ASSIGN_OR_RETURN(Shape shape, Shape::from_dims(tensor.dims));
+    SWARM_ASSIGN_OR_RETURN(uint64_t expected,
+                           expected_payload_bytes(tensor.dtype, static_cast<uint64_t>(shape.numel()), tensor.codec));
+    if (tensor.payload.size() != expected) {
+      return invalid_argument("tensor {}: payload of {} bytes, shape {} with codec {} needs {}", i,
+                              tensor.payload.size(), shape.to_string(), codec_name(tensor.codec), expected);
+    }
+    filled.tensors.push_back({static_cast<uint8_t>(tensor.dtype), static_cast<uint8_t>(tensor.codec), tensor.dims,
+                              expected});
+  }
+  Frames frames;
+  frames.parts.reserve(tensors.size() + 1);
+  try {
+    frames.parts.push_back(serialize_header(filled));
+  } catch (const std::exception& error) {
+    return resource_exhausted("encoding a message: {}", error.what());
+  }
+  for (const EncodedTensor& tensor : tensors) frames.parts.push_back(tensor.payload);
+  return frames;
+}
+
 Result<DecodedMessage> decode_message(const std::vector<std::string_view>& frames, const Limits& limits,
                                       ValidationCounters& counters) {
   DecodedMessage message;
@@ -328,7 +383,7 @@ Status status_from_error_reply(const MessageHeader& header) {
   return Status(static_cast<StatusCode>(header.error_code), header.error_text);
 }
 
-Status validate_against_spec(const MessageHeader& header, const StageSpec& spec) {
+Status validate_against_spec(const MessageHeader& header, const TensorListSpec& spec) {
   if (header.stage != spec.stage) {
     return invalid_argument("message is for stage {}, this peer serves stage {}", header.stage, spec.stage);
   }

@@ -22,15 +22,17 @@
 #include <cereal/cereal.hpp>
 #include <cereal/details/helpers.hpp>
 
+#include "swarm/api/codec.h"
+#include "swarm/core/codebook8.h"
 #include "swarm/core/dtype.h"
 #include "swarm/core/shape.h"
 #include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
-#include "swarm/wire/frame.h"
+#include "swarm/core/frame.h"
 
 namespace swarm::wire {
 
-constexpr uint16_t kWireVersion = 1;
+constexpr uint16_t kWireVersion = 2;  // 2: reply_codec
 
 enum class MessageKind : uint8_t {
   forward = 0,
@@ -44,12 +46,14 @@ enum class MessageKind : uint8_t {
 };
 constexpr uint8_t kMaxMessageKindCode = 7;
 
-// How a tensor's payload is encoded; the TensorHeader dtype is the logical
-// (source) dtype, which must be f32 for the lossy codecs.
-enum class Codec : uint8_t { none = 0, fp16 = 1, bf16 = 2, blockwise8 = 3 };
-constexpr uint8_t kMaxCodecCode = 3;
-// blockwise8: one byte per element plus one f32 scale per block of this many.
-constexpr uint64_t kBlockwise8BlockSize = 4096;
+// How a tensor's payload is encoded (the codes of swarm/api/codec.h); the
+// TensorHeader dtype is the logical (source) dtype, which must be f32 for the
+// lossy codecs.
+using Codec = CodecId;
+constexpr uint8_t kMaxCodecCode = kMaxCodecId;
+// blockwise8: the per-block f32 absmax values first (4-byte aligned at the frame's
+// start), then one byte per element; a block is this many values.
+constexpr uint64_t kBlockwise8BlockSize = static_cast<uint64_t>(compression::kBlockwise8BlockSize);
 
 // Absolute bounds of the header format, far above any sane Limits. The
 // decoder refuses a count beyond them before it reserves anything, so a
@@ -99,12 +103,14 @@ struct MessageHeader {
   uint32_t stage = 0;
   uint64_t request_id = 0;
   uint16_t error_code = 0;
+  // Requests: the codec the caller wants float tensors of the reply in.
+  uint8_t reply_codec = 0;
   std::string error_text;
   std::vector<TensorHeader> tensors;
 
   template <class Archive>
   void save(Archive& archive) const {
-    archive(version, static_cast<uint8_t>(kind), stage, request_id, error_code);
+    archive(version, static_cast<uint8_t>(kind), stage, request_id, error_code, reply_codec);
     archive(static_cast<uint32_t>(error_text.size()));
     archive(cereal::binary_data(error_text.data(), error_text.size()));
     archive(static_cast<uint32_t>(tensors.size()));
@@ -117,7 +123,7 @@ struct MessageHeader {
     // reports the version rather than a confusing parse error.
     if (version != kWireVersion) return;
     uint8_t kind_code = 0;
-    archive(kind_code, stage, request_id, error_code);
+    archive(kind_code, stage, request_id, error_code, reply_codec);
     kind = static_cast<MessageKind>(kind_code);  // range-checked by the decoder
     uint32_t text_size = 0;
     archive(text_size);
@@ -143,18 +149,6 @@ struct Limits {
   uint32_t max_rank = 8;  // also capped by Shape::kMaxRank
   uint32_t max_header_bytes = 64 << 10;
   uint32_t max_error_text = 4096;
-};
-
-// The parts of one message; each Frame shares its bytes instead of copying them.
-struct Frames {
-  std::vector<Frame> parts;
-
-  std::vector<std::string_view> views() const {
-    std::vector<std::string_view> out;
-    out.reserve(parts.size());
-    for (const Frame& part : parts) out.push_back(part.view());
-    return out;
-  }
 };
 
 struct DecodedTensor {
@@ -199,6 +193,19 @@ std::string serialize_header(const MessageHeader& header);
 // count that the wire format cannot carry.
 Result<Frames> encode_message(const MessageHeader& header, std::span<const TensorView> tensors);
 
+// A tensor whose payload is already in its wire encoding (the caller applied the
+// codec); the payload frame is shared, never copied.
+struct EncodedTensor {
+  DType dtype = DType::f32;  // the logical dtype
+  Codec codec = Codec::none;
+  std::vector<int64_t> dims;
+  Frame payload;
+};
+
+// The same for payloads already encoded. Errors also: a payload whose size is not
+// what dtype, shape and codec require.
+Result<Frames> encode_message_payloads(const MessageHeader& header, std::span<const EncodedTensor> tensors);
+
 // Checks everything before trusting it (see wire.cc for the order). Errors:
 //   invalid_argument    malformed header, kind, dtype, codec, shape, frame count
 //                       or size, NaN/Inf in a floating payload (names the tensor);
@@ -216,12 +223,12 @@ Frames make_error_reply(uint64_t request_id, uint32_t stage, const Status& statu
 Status status_from_error_reply(const MessageHeader& header);
 
 // A stage's declared inputs; a dim of -1 matches any size (batch, sequence).
-struct StageSpec {
+struct TensorListSpec {
   uint32_t stage = 0;
   std::vector<std::pair<DType, std::vector<int64_t>>> inputs;
 };
 
 // Checks stage id, tensor count, dtype, rank and each fixed dim (invalid_argument).
-Status validate_against_spec(const MessageHeader& header, const StageSpec& spec);
+Status validate_against_spec(const MessageHeader& header, const TensorListSpec& spec);
 
 }  // namespace swarm::wire

@@ -1,20 +1,27 @@
 // Butterfly all-reduce among members in one process, each with a real in-process
 // server feeding its inbox: every member ends with the same vector, equal to the
 // sample-weighted mean; a member that dies half-way is dropped and the rest finish
-// within the round's deadline, still identical.
+// within the round's deadline, still identical. With every codec the parts travel
+// encoded and the members still end bit-identical, within two quantizations of the
+// exact mean.
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include <doctest/doctest.h>
 
 #include "swarm/averaging/all_reduce.h"
+#include "swarm/compression/codecs.h"
 #include "transports/inproc/inproc_transport.h"
-#include "transports/validating_handler.h"
+#include "swarm/protocol/validating_handler.h"
 
 namespace swarm {
 namespace {
+
+using compression::StandardCodecs;
 
 TEST_CASE("split_evenly covers the range in parts that differ by at most one") {
   auto parts = split_evenly(10, 3);
@@ -58,8 +65,9 @@ struct Member {
   std::optional<InprocServer> server;
   std::shared_ptr<wire::ValidationCounters> counters = std::make_shared<wire::ValidationCounters>();
   ClientCache<InprocTransport> clients;
+  CodecId codec;  // of the rounds its inbox takes parts for
 
-  explicit Member(std::string name) : id(std::move(name)) {
+  explicit Member(std::string name, CodecId round_codec = CodecId::none) : id(std::move(name)), codec(round_codec) {
     auto bound = InprocTransport::bind("inproc://allreduce-" + id, ServerOptions{});
     REQUIRE(bound.is_ok());
     server.emplace(std::move(bound).value());
@@ -70,7 +78,7 @@ struct Member {
                                                  h.kind = wire::MessageKind::result;
                                                  return *wire::encode_message(h, {});
                                                }
-                                               Status s = inbox.deliver(m);
+                                               Status s = inbox.deliver<StandardCodecs>(m, codec);
                                                if (!s.is_ok()) return wire::make_error_reply(0, 0, s);
                                                wire::MessageHeader h;
                                                h.kind = wire::MessageKind::result;
@@ -103,7 +111,8 @@ TEST_CASE("three members with different weights end bit-identical, at the weight
   for (int i = 0; i < 3; ++i) {
     results.push_back(std::async(std::launch::async, [&, i] {
       AllReduceRound round{0, 7, members[i]->id, group, weights[i], 0x1234};
-      return butterfly_all_reduce(members[i]->clients, members[i]->inbox, round, gradients[i], config);
+      return butterfly_all_reduce<StandardCodecs>(members[i]->clients, members[i]->inbox, round, gradients[i],
+                                                  config);
     }));
   }
   std::vector<AllReduceResult> out;
@@ -154,8 +163,8 @@ TEST_CASE("a member that dies in the middle of the round is dropped; the others 
   for (int i = 0; i < 3; ++i) {
     results.push_back(std::async(std::launch::async, [&, i] {
       AllReduceRound round{0, 1, members[i]->id, group, 10, 0x99};
-      return butterfly_all_reduce(members[i]->clients, members[i]->inbox, round, gradients[i], config,
-                                  i == 1 ? die : AllReduceHooks{});
+      return butterfly_all_reduce<StandardCodecs>(members[i]->clients, members[i]->inbox, round, gradients[i],
+                                                  config, i == 1 ? die : AllReduceHooks{});
     }));
   }
   auto r0 = results[0].get();
@@ -190,7 +199,7 @@ TEST_CASE("of two members, the one left alone drops the round instead of steppin
   config.ping_timeout_seconds = 0.1;
   std::vector<float> g{1, 2, 3, 4};
   AllReduceRound round{0, 5, "pair0", group, 4, 1};
-  auto r = butterfly_all_reduce(members[0]->clients, members[0]->inbox, round, g, config);
+  auto r = butterfly_all_reduce<StandardCodecs>(members[0]->clients, members[0]->inbox, round, g, config);
   REQUIRE_FALSE(r.is_ok());
   CHECK(r.status().code() == StatusCode::unavailable);
   CHECK(r.status().message().find("not a majority") != std::string::npos);
@@ -200,7 +209,7 @@ TEST_CASE("a group of one returns its own mean at once") {
   Member solo("solo");
   std::vector<float> g{1, 2, 3};
   AllReduceRound round{0, 0, "solo", {{"solo", solo.address()}}, 4, 1};
-  auto r = butterfly_all_reduce(solo.clients, solo.inbox, round, g, AllReduceConfig{});
+  auto r = butterfly_all_reduce<StandardCodecs>(solo.clients, solo.inbox, round, g, AllReduceConfig{});
   REQUIRE(r.is_ok());
   CHECK(r->averaged == g);
 }
@@ -220,6 +229,346 @@ TEST_CASE("the inbox refuses malformed parts and parts of finished steps") {
   auto negative = all_reduce_detail::encode_part(0, 42, 9, 0, 0, 0, 1, "x", -1.0, 7, values);
   auto bad = wire::decode_message(negative->views(), wire::Limits{});
   CHECK(inbox.deliver(*bad).code() == StatusCode::invalid_argument);
+}
+
+// ---- Codecs: the parts travel encoded; the replicas stay bit-identical. ----
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+// Gradients whose 4096-value blocks differ in scale, so each 8-bit block has its own absmax.
+std::vector<float> scaled_gradient_of(int member, int64_t size) {
+  std::vector<float> g = gradient_of(member, size);
+  for (int64_t i = 0; i < size; ++i) g[i] *= 0.25f * static_cast<float>(1 + (i / 3000 + member) % 5);
+  return g;
+}
+
+// Checks `averaged` against the exact weighted mean of `gradients` (in double) and
+// returns the largest error seen as a fraction of its bound. The bound, for two
+// quantizations: with A the largest |x| of any contribution (no block's absmax
+// exceeds it), each decoded contribution of element k is off by at most
+// e1 = max_abs_error(A, max_i |x_ik|) (fp16/bf16 errors grow with |value|), so their
+// weighted mean m' is off by at most e1; the double mean rounded to float adds at
+// most half an ulp, under |m'|·2^-23 (the double sums' own error included);
+// quantizing the result adds at most max_abs_error(A', |m'|), where
+// A' = (A + e1(A))(1 + 2^-20) bounds every block absmax of the results.
+double check_within_codec_error(CodecId codec, const std::vector<std::vector<float>>& gradients,
+                                const std::vector<double>& weights, const std::vector<float>& averaged) {
+  const size_t size = averaged.size();
+  float a = 0;
+  for (const auto& g : gradients) {
+    REQUIRE(g.size() == size);
+    for (float x : g) a = std::max(a, std::abs(x));
+  }
+  const double e1_max = StandardCodecs::max_abs_error(codec, a, a);
+  const float a_out = static_cast<float>((a + e1_max) * (1 + 0x1p-20));
+  double total_weight = 0;
+  for (double w : weights) total_weight += w;
+  double worst_fraction = 0;
+  int64_t over = 0;
+  int64_t first_over = -1;
+  for (size_t k = 0; k < size; ++k) {
+    double mean = 0;
+    float largest = 0;
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      mean += weights[i] * gradients[i][k];
+      largest = std::max(largest, std::abs(gradients[i][k]));
+    }
+    mean /= total_weight;
+    const double e1 = StandardCodecs::max_abs_error(codec, a, largest);
+    const double m_prime = std::abs(mean) + e1;
+    const double bound = e1 + StandardCodecs::max_abs_error(codec, a_out, static_cast<float>(m_prime)) +
+                         m_prime * 0x1p-23 + 1e-30;
+    const double error = std::abs(static_cast<double>(averaged[k]) - mean);
+    worst_fraction = std::max(worst_fraction, error / bound);
+    if (error > bound) {
+      ++over;
+      if (first_over < 0) first_over = static_cast<int64_t>(k);
+    }
+  }
+  INFO("codec " << codec_name(codec) << ": first element over its bound: " << first_over);
+  CHECK(over == 0);
+  return worst_fraction;
+}
+
+struct CodecRoundOutcome {
+  std::vector<std::vector<float>> gradients;
+  std::vector<double> weights;
+  std::vector<AllReduceResult> results;
+};
+
+// One round of n members, all in `codec`, over the in-process transport.
+CodecRoundOutcome run_codec_round(CodecId codec, int n, int64_t size, const AllReduceConfig& base, const std::string& tag) {
+  std::vector<std::unique_ptr<Member>> members;
+  for (int i = 0; i < n; ++i) members.push_back(std::make_unique<Member>(tag + "-" + std::to_string(i), codec));
+  std::vector<AllReduceMember> group;
+  for (auto& m : members) group.push_back({m->id, m->address()});
+  AllReduceConfig config = base;
+  config.codec = codec;
+  CodecRoundOutcome outcome;
+  for (int i = 0; i < n; ++i) {
+    outcome.gradients.push_back(scaled_gradient_of(i, size));
+    outcome.weights.push_back(8.0 * (i + 1));
+  }
+  std::vector<std::future<Result<AllReduceResult>>> futures;
+  for (int i = 0; i < n; ++i) {
+    futures.push_back(std::async(std::launch::async, [&, i] {
+      AllReduceRound round{0, 11, members[i]->id, group, outcome.weights[i], 0x51};
+      return butterfly_all_reduce<StandardCodecs>(members[i]->clients, members[i]->inbox, round,
+                                                  outcome.gradients[i], config);
+    }));
+  }
+  for (auto& f : futures) {
+    auto got = f.get();
+    REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
+    outcome.results.push_back(std::move(got).value());
+  }
+  for (auto& m : members) {
+    CHECK(m->inbox.size() == 0);
+    CHECK(m->inbox.refused() == 0);
+  }
+  return outcome;
+}
+
+// What member `me` of n sends: its chunks of every other part, then its own part to every other member.
+int64_t expected_values_sent(int64_t size, int n, int me) {
+  const auto parts = split_evenly(size, n);
+  int64_t values = 0;
+  for (int j = 0; j < n; ++j) values += j == me ? (n - 1) * parts[j].size() : parts[j].size();
+  return values;
+}
+
+double bytes_per_value(const AllReduceResult& r) {
+  return static_cast<double>(r.payload_bytes_sent) / static_cast<double>(r.payload_values_sent);
+}
+
+void check_bytes_per_value(CodecId codec, const AllReduceResult& r) {
+  REQUIRE(r.payload_values_sent > 0);
+  switch (codec) {
+    case CodecId::none: CHECK(r.payload_bytes_sent == 4 * r.payload_values_sent); break;
+    case CodecId::fp16:
+    case CodecId::bf16: CHECK(r.payload_bytes_sent == 2 * r.payload_values_sent); break;
+    case CodecId::blockwise8:
+      CHECK(r.payload_bytes_sent > r.payload_values_sent);  // the absmax of each block
+      CHECK(bytes_per_value(r) <= 1.02);
+      break;
+  }
+}
+
+TEST_CASE("with every codec, 2 and 3 members end bit-identical, within two quantizations of the weighted mean") {
+  AllReduceConfig config;
+  config.max_chunk_elements = 3000;  // several chunks per part; blocks that end short of 4096
+  config.part_timeout_seconds = 5;
+  const int64_t size = 10007;
+  for (CodecId codec : kAllCodecIds) {
+    for (int n : {2, 3}) {
+      CAPTURE(codec_name(codec));
+      CAPTURE(n);
+      auto outcome = run_codec_round(codec, n, size, config,
+                                     "codec-" + std::string(codec_name(codec)) + "-" + std::to_string(n));
+      const auto& results = outcome.results;
+      for (int i = 0; i < n; ++i) {
+        CHECK(same_bits(results[i].averaged, results[0].averaged));
+        CHECK(results[i].attempts == 1);
+        CHECK(results[i].params_hashes.size() == static_cast<size_t>(n));
+        CHECK(results[i].payload_values_sent == expected_values_sent(size, n, i));
+        check_bytes_per_value(codec, results[i]);
+      }
+      const double worst = check_within_codec_error(codec, outcome.gradients, outcome.weights, results[0].averaged);
+      if (codec != CodecId::none) {
+        // Lossy indeed: the result is not the f32 mean.
+        auto exact = run_codec_round(CodecId::none, n, size, config,
+                                     "exact-" + std::string(codec_name(codec)) + "-" + std::to_string(n));
+        CHECK_FALSE(same_bits(exact.results[0].averaged, results[0].averaged));
+      }
+      MESSAGE(codec_name(codec) << ", " << n << " members: worst error " << worst << " of its bound");
+    }
+  }
+}
+
+TEST_CASE("bytes per value on a real-size round: none 4, fp16 and bf16 2, 8bit at most 1.02") {
+  AllReduceConfig config;  // default chunks (2^18 values)
+  config.part_timeout_seconds = 10;
+  config.round_timeout_seconds = 60;
+  const int64_t size = 400000;
+  for (CodecId codec : kAllCodecIds) {
+    for (int n : {2, 3}) {
+      CAPTURE(codec_name(codec));
+      CAPTURE(n);
+      auto outcome = run_codec_round(codec, n, size, config,
+                                     "size-" + std::string(codec_name(codec)) + "-" + std::to_string(n));
+      for (int i = 0; i < n; ++i) {
+        const auto& r = outcome.results[i];
+        CHECK(same_bits(r.averaged, outcome.results[0].averaged));
+        CHECK(r.payload_values_sent == expected_values_sent(size, n, i));
+        check_bytes_per_value(codec, r);
+      }
+      check_within_codec_error(codec, outcome.gradients, outcome.weights, outcome.results[0].averaged);
+      MESSAGE(codec_name(codec) << ", " << n << " members x " << size << " floats: "
+                                << outcome.results[0].payload_bytes_sent << " bytes for "
+                                << outcome.results[0].payload_values_sent << " values = "
+                                << bytes_per_value(outcome.results[0]) << " bytes/value");
+    }
+  }
+}
+
+TEST_CASE("the inbox decodes a part with its codec and refuses another codec, a wrong size, a forged NaN") {
+  AllReduceInbox inbox;
+  const int64_t count = 5000;  // two 8-bit blocks
+  std::vector<float> values = gradient_of(3, count);
+  auto encoded = all_reduce_detail::encode_values<StandardCodecs>(CodecId::blockwise8, values);
+  REQUIRE(encoded.is_ok());
+  auto frames = all_reduce_detail::encode_part(0, 42, 3, 0, 0, 0, 1, "x", 2.0, 7, CodecId::blockwise8, count, *encoded);
+  REQUIRE(frames.is_ok());
+  CHECK(frames->parts[2].data() == encoded->data());  // the encoded payload is shared, not copied
+  auto decoded = wire::decode_message(frames->views(), wire::Limits{});
+  REQUIRE(decoded.is_ok());
+  CHECK(decoded->tensors[1].codec == CodecId::blockwise8);
+
+  // The round's codec: stored decoded, exactly as the sender's own round trip decodes it.
+  REQUIRE(inbox.deliver<StandardCodecs>(*decoded, CodecId::blockwise8).is_ok());
+  auto part = inbox.take({42, 0, 0, 0, 1});
+  REQUIRE(part.has_value());
+  std::vector<float> expected(static_cast<size_t>(count));
+  REQUIRE(all_reduce_detail::decode_frame<StandardCodecs>(CodecId::blockwise8, *encoded, expected).is_ok());
+  CHECK(same_bits(part->values, expected));
+  CHECK(part->weight == 2.0);
+  CHECK(inbox.refused() == 0);
+
+  // Another codec than the round's: refused, whichever way round.
+  auto fp16 = all_reduce_detail::encode_values<StandardCodecs>(CodecId::fp16, values);
+  auto fp16_frames = all_reduce_detail::encode_part(0, 42, 3, 0, 0, 0, 1, "x", 2.0, 7, CodecId::fp16, count, *fp16);
+  auto fp16_decoded = wire::decode_message(fp16_frames->views(), wire::Limits{});
+  REQUIRE(fp16_decoded.is_ok());
+  Status mismatch = inbox.deliver<StandardCodecs>(*fp16_decoded, CodecId::blockwise8);
+  CHECK(mismatch.code() == StatusCode::invalid_argument);
+  CHECK(mismatch.message().find("codec fp16") != std::string::npos);
+  CHECK(inbox.refused() == 1);
+  CHECK(inbox.deliver<StandardCodecs>(*decoded, CodecId::none).code() == StatusCode::invalid_argument);
+  CHECK(inbox.deliver(*decoded).code() == StatusCode::invalid_argument);  // the table-less inbox: none only
+  CHECK(inbox.refused() == 3);
+  CHECK(inbox.size() == 0);
+
+  // A forged NaN absmax: the wire decoder refuses it (and counts it) before any handler sees it...
+  std::string forged = encoded->str();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(forged.data(), &nan, sizeof(float));
+  wire::Frames forged_frames = *frames;
+  forged_frames.parts[2] = wire::Frame(forged);
+  wire::ValidationCounters counters;
+  auto on_wire = wire::decode_message(forged_frames.views(), wire::Limits{}, counters);
+  CHECK(on_wire.status().code() == StatusCode::invalid_argument);
+  CHECK(counters.non_finite == 1);
+  // ...and the inbox refuses it too when handed it directly.
+  wire::DecodedMessage direct = *decoded;
+  direct.tensors[1].payload = forged;
+  CHECK(inbox.deliver<StandardCodecs>(direct, CodecId::blockwise8).code() == StatusCode::invalid_argument);
+  CHECK(inbox.refused() == 4);
+  // An fp16 infinity, handed directly.
+  std::string inf16 = fp16->str();
+  inf16[0] = '\x00';
+  inf16[1] = '\x7c';
+  wire::DecodedMessage direct16 = *fp16_decoded;
+  direct16.tensors[1].payload = inf16;
+  CHECK(inbox.deliver<StandardCodecs>(direct16, CodecId::fp16).code() == StatusCode::invalid_argument);
+  CHECK(inbox.refused() == 5);
+  // A size that is not the codec's for the element count.
+  wire::DecodedMessage short_payload = *decoded;
+  short_payload.tensors[1].payload = short_payload.tensors[1].payload.substr(0, forged.size() - 1);
+  CHECK(inbox.deliver<StandardCodecs>(short_payload, CodecId::blockwise8).code() == StatusCode::invalid_argument);
+  wire::DecodedMessage more_values = *decoded;
+  more_values.tensors[1].shape = Shape{count + 1};
+  CHECK(inbox.deliver<StandardCodecs>(more_values, CodecId::blockwise8).code() == StatusCode::invalid_argument);
+  CHECK(inbox.refused() == 7);
+  CHECK(inbox.size() == 0);  // nothing refused was stored
+}
+
+TEST_CASE("members in different codecs never average each other's parts: the round fails, the refusals counted") {
+  Member a("mix-8bit", CodecId::blockwise8);
+  Member b("mix-fp16", CodecId::fp16);
+  std::vector<AllReduceMember> group{{a.id, a.address()}, {b.id, b.address()}};
+  AllReduceConfig config;
+  config.part_timeout_seconds = 0.3;
+  config.ping_timeout_seconds = 0.2;
+  config.round_timeout_seconds = 10;
+  std::vector<float> ga = gradient_of(0, 500), gb = gradient_of(1, 500);
+  auto fa = std::async(std::launch::async, [&] {
+    AllReduceConfig c = config;
+    c.codec = CodecId::blockwise8;
+    return butterfly_all_reduce<StandardCodecs>(a.clients, a.inbox, {0, 2, a.id, group, 1, 1}, ga, c);
+  });
+  auto fb = std::async(std::launch::async, [&] {
+    AllReduceConfig c = config;
+    c.codec = CodecId::fp16;
+    return butterfly_all_reduce<StandardCodecs>(b.clients, b.inbox, {0, 2, b.id, group, 1, 1}, gb, c);
+  });
+  auto ra = fa.get();
+  auto rb = fb.get();
+  CHECK_FALSE(ra.is_ok());
+  CHECK_FALSE(rb.is_ok());
+  CHECK(a.inbox.refused() > 0);
+  CHECK(b.inbox.refused() > 0);
+  CHECK(a.inbox.size() == 0);  // nothing of the other codec was kept
+  CHECK(b.inbox.size() == 0);
+  MESSAGE("mixed codecs: " << ra.status().to_string() << "; refused " << a.inbox.refused() << " and "
+                           << b.inbox.refused() << " parts");
+}
+
+TEST_CASE("a codec the table lacks is refused before anything is sent") {
+  Member solo("no-codec");
+  AllReduceConfig config;
+  config.codec = static_cast<CodecId>(9);
+  std::vector<float> g{1, 2};
+  auto r = butterfly_all_reduce<StandardCodecs>(solo.clients, solo.inbox, {0, 0, "no-codec", {{"no-codec", solo.address()}}, 1, 1},
+                                                g, config);
+  CHECK(r.status().code() == StatusCode::invalid_argument);
+}
+
+TEST_CASE("8bit: a member that dies in the middle of the round is dropped; the others finish bit-identical") {
+  const int64_t size = 6000;
+  std::vector<std::unique_ptr<Member>> members;
+  for (const char* id : {"q0", "q1", "q2"}) members.push_back(std::make_unique<Member>(id, CodecId::blockwise8));
+  std::vector<AllReduceMember> group;
+  for (auto& m : members) group.push_back({m->id, m->address()});
+  AllReduceConfig config;
+  config.max_chunk_elements = 500;
+  config.part_timeout_seconds = 0.5;
+  config.ping_timeout_seconds = 0.2;
+  config.round_timeout_seconds = 10;
+  config.codec = CodecId::blockwise8;
+  std::vector<std::vector<float>> gradients;
+  for (int i = 0; i < 3; ++i) gradients.push_back(scaled_gradient_of(i, size));
+  AllReduceHooks die;
+  die.after_send = [&](int64_t sent) -> Status {
+    if (sent < 2) return Status::ok();
+    members[1]->server->stop();
+    return cancelled("killed by the test");
+  };
+  std::vector<std::future<Result<AllReduceResult>>> results;
+  for (int i = 0; i < 3; ++i) {
+    results.push_back(std::async(std::launch::async, [&, i] {
+      AllReduceRound round{0, 1, members[i]->id, group, 10, 0x99};
+      return butterfly_all_reduce<StandardCodecs>(members[i]->clients, members[i]->inbox, round, gradients[i],
+                                                  config, i == 1 ? die : AllReduceHooks{});
+    }));
+  }
+  auto r0 = results[0].get();
+  auto r1 = results[1].get();
+  auto r2 = results[2].get();
+  CHECK_FALSE(r1.is_ok());
+  REQUIRE_MESSAGE(r0.is_ok(), r0.status().to_string());
+  REQUIRE_MESSAGE(r2.is_ok(), r2.status().to_string());
+  CHECK(same_bits(r0->averaged, r2->averaged));
+  REQUIRE(r0->members.size() == 2);
+  CHECK(r0->members[0].peer_id == "q0");
+  CHECK(r0->members[1].peer_id == "q2");
+  CHECK(r0->attempts >= 2);
+  // Without q1: the equal-weight mean of q0 and q2, within two 8-bit quantizations.
+  check_within_codec_error(CodecId::blockwise8, {gradients[0], gradients[2]}, {10, 10}, r0->averaged);
+  // Counted over every attempt: more than the last attempt's own values.
+  CHECK(r0->payload_values_sent > expected_values_sent(size, 2, 0));
+  CHECK(bytes_per_value(*r0) < 1.02);
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 
 #include "swarm/averaging/state_transfer.h"
 #include "transports/inproc/inproc_transport.h"
-#include "transports/validating_handler.h"
+#include "swarm/protocol/validating_handler.h"
 
 namespace swarm {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "swarm/compression/blockwise8.h"
-#include "swarm/compression/codebook8.h"
+#include "swarm/core/codebook8.h"
 
 namespace swarm::compression {
 namespace {

@@ -18,7 +18,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/grad_norm.h"
 #include "swarm/core/tensor.h"
-#include "swarm/optim/optim_math.h"
+#include "swarm/core/optim_math.h"
 #include "swarm/optim/optimizer.h"
 #include "tests/cuda/cuda_test_util.h"
 

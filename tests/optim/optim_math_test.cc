@@ -1,4 +1,4 @@
-#include "swarm/optim/optim_math.h"
+#include "swarm/core/optim_math.h"
 
 #include <cmath>
 

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "swarm/optim/optim_math.h"
+#include "swarm/core/optim_math.h"
 
 namespace swarm::optim {
 namespace {

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "models/mlp/mlp_stage.h"
+#include "swarm/compression/codecs.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/in_process_registry.h"
 #include "swarm/trainer/trainer.h"
@@ -46,9 +47,9 @@ void train_mlp_swarm(const std::string& first_address, const std::string& second
   second_config.peer_id = "mlp-1";
   second_config.bind_address = second_address;
 
-  Peer<MlpStage, T, InProcessRegistry> first(first_config, *MlpStage::create({.in = 4, .out = 32, .gelu = true}, 1),
+  Peer<MlpStage, T, InProcessRegistry, compression::StandardCodecs> first(first_config, *MlpStage::create({.in = 4, .out = 32, .gelu = true}, 1),
                                              &registry);
-  Peer<MlpStage, T, InProcessRegistry> second(second_config, *MlpStage::create({.in = 32, .out = 1, .loss = true}, 2),
+  Peer<MlpStage, T, InProcessRegistry, compression::StandardCodecs> second(second_config, *MlpStage::create({.in = 32, .out = 1, .loss = true}, 2),
                                               &registry);
   REQUIRE(first.start().is_ok());
   REQUIRE(second.start().is_ok());
@@ -56,7 +57,7 @@ void train_mlp_swarm(const std::string& first_address, const std::string& second
   TrainerConfig trainer_config;
   trainer_config.num_stages = 2;
   std::vector<StochasticWiringRouter> routers(2);
-  Trainer<StochasticWiringRouter, T, InProcessRegistry> trainer(trainer_config, std::move(routers), &registry);
+  Trainer<StochasticWiringRouter, T, InProcessRegistry, compression::StandardCodecs> trainer(trainer_config, std::move(routers), &registry);
 
   std::mt19937 rng(3);
   Tensor x, y;

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_stage.h"
+#include "swarm/compression/codecs.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/in_process_registry.h"
 #include "swarm/trainer/trainer.h"
@@ -18,7 +19,7 @@ namespace swarm {
 namespace {
 
 using Stage = gpt::GptStage<CpuBackend>;
-using GptPeer = Peer<Stage, InprocTransport, InProcessRegistry>;
+using GptPeer = Peer<Stage, InprocTransport, InProcessRegistry, compression::StandardCodecs>;
 
 gpt::GptConfig tiny_config() {
   gpt::GptConfig config;
@@ -69,7 +70,7 @@ std::map<std::string, ServedCounts> run_two_speed(int microbatches) {
   auto last = make_peer(&registry, 1, "last-" + std::to_string(sizeof(Router)), 1.0, 0.0);
   TrainerConfig config;
   std::vector<Router> routers(2);
-  Trainer<Router, InprocTransport, InProcessRegistry> trainer(config, std::move(routers), &registry);
+  Trainer<Router, InprocTransport, InProcessRegistry, compression::StandardCodecs> trainer(config, std::move(routers), &registry);
   std::mt19937 rng(5);
   Tensor tokens, targets;
   for (int i = 0; i < microbatches; ++i) {
@@ -107,7 +108,7 @@ TEST_CASE("a peer that dies mid-run costs retries, never a microbatch, and the m
   config.forward_timeout_seconds = 2;
   config.backward_timeout_seconds = 2;
   std::vector<StochasticWiringRouter> routers(2);
-  Trainer<StochasticWiringRouter, InprocTransport, InProcessRegistry> trainer(config, std::move(routers), &registry);
+  Trainer<StochasticWiringRouter, InprocTransport, InProcessRegistry, compression::StandardCodecs> trainer(config, std::move(routers), &registry);
   std::mt19937 rng(9);
   Tensor tokens, targets;
   double early = 0, late = 0;

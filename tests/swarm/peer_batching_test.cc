@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include "models/mlp/mlp_stage.h"
+#include "swarm/compression/codecs.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/in_process_registry.h"
 #include "transports/inproc/inproc_transport.h"
@@ -32,6 +33,7 @@ class GatedStage {
   using stage_concept = stage_t;
   GatedStage(mlp::MlpStage inner, Gate* gate) : inner_(std::move(inner)), gate_(gate) {}
   bool takes_targets() const { return false; }
+  StageIoSpec io_spec() const { return inner_.io_spec(); }
   Result<Tensor> forward(const TensorView& input, const TensorView* targets) {
     {
       std::unique_lock lock(gate_->mu);
@@ -61,8 +63,9 @@ TEST_CASE("forward requests that wait together run as one batch; each gets its o
   config.peer_id = "batching-peer";
   config.bind_address = "inproc://batching-peer";
   config.max_batch = 4;
+  config.codec = CodecId::none;  // the requests below are raw f32
   const mlp::MlpLayerConfig layer{.in = 3, .out = 5, .gelu = true};
-  Peer<GatedStage, InprocTransport, InProcessRegistry> peer(config, GatedStage(*mlp::MlpStage::create(layer, 11), &gate),
+  Peer<GatedStage, InprocTransport, InProcessRegistry, compression::StandardCodecs> peer(config, GatedStage(*mlp::MlpStage::create(layer, 11), &gate),
                                                             &registry);
   REQUIRE(peer.start().is_ok());
   auto client = InprocTransport::connect(peer.address(), {});

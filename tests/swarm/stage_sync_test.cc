@@ -10,6 +10,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_stage.h"
+#include "swarm/compression/codecs.h"
 #include "swarm/optim/lr_schedule.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/in_process_registry.h"
@@ -21,8 +22,8 @@ namespace swarm {
 namespace {
 
 using Stage = gpt::GptStage<CpuBackend>;
-using GptPeer = Peer<Stage, InprocTransport, InProcessRegistry>;
-using RrTrainer = Trainer<RoundRobinRouter, InprocTransport, InProcessRegistry>;
+using GptPeer = Peer<Stage, InprocTransport, InProcessRegistry, compression::StandardCodecs>;
+using RrTrainer = Trainer<RoundRobinRouter, InprocTransport, InProcessRegistry, compression::StandardCodecs>;
 
 constexpr int kRows = 2;            // sequences per microbatch
 constexpr int kMicrobatches = 4;    // per global step
@@ -62,6 +63,7 @@ PeerConfig sync_config(int stage, const std::string& id) {
   config.all_reduce.round_timeout_seconds = 10.0;
   config.optimizer = no_clip();
   config.learning_rate = kLearningRate;
+  config.codec = CodecId::none;  // equivalence with one process is exact only without compression
   return config;
 }
 
@@ -121,6 +123,7 @@ TEST_CASE("a 2-stage x 2-peer swarm matches single-process training on the same 
   std::vector<GptPeer*> peers{s0a.get(), s0b.get(), s1a.get(), s1b.get()};
   TrainerConfig trainer_config;
   trainer_config.refresh_period_seconds = 0.05;
+  trainer_config.codec = CodecId::none;
   RrTrainer trainer(trainer_config, std::vector<RoundRobinRouter>(2), &registry);
 
   // The reference: the same model, trained in one process on the whole global batch at once.
@@ -172,7 +175,7 @@ TEST_CASE("a 2-stage x 2-peer swarm matches single-process training on the same 
   ClientCache<InprocTransport> clients;
   double worst = 0, largest_change = 0;
   for (int s = 0; s < 2; ++s) {
-    auto state = download_state(clients, s, {{peers[2 * s]->config().peer_id, peers[2 * s]->address()}},
+    auto state = download_state(clients, s, {{peers[2 * s]->config().peer_id, peers[2 * s]->control_address()}},
                                 StateTransferConfig{}, nullptr);
     REQUIRE_MESSAGE(state.is_ok(), state.status().to_string());
     CHECK(state->step == kSteps);
@@ -214,6 +217,7 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
   auto c = start_peer(&registry, dies_in_round);
   auto z = start_peer(&registry, sync_config(1, "ft-z"));
   TrainerConfig trainer_config;
+  trainer_config.codec = CodecId::none;
   trainer_config.refresh_period_seconds = 0;  // every hop sees the registry as it is: the joiner at once
   trainer_config.forward_timeout_seconds = 2;
   trainer_config.backward_timeout_seconds = 2;

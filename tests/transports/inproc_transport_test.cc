@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "transports/inproc/inproc_transport.h"
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm {
 namespace {

@@ -376,26 +376,26 @@ TEST_CASE("error replies round-trip their code and message") {
 TEST_CASE("validate_against_spec checks stage, count, dtype, rank and fixed dims") {
   Fixture fixture;
   MessageHeader header = fixture.parsed_header();
-  StageSpec spec{2, {{DType::f32, {-1, -1, 4}}, {DType::i32, {-1, 3}}}};
+  TensorListSpec spec{2, {{DType::f32, {-1, -1, 4}}, {DType::i32, {-1, 3}}}};
   CHECK(validate_against_spec(header, spec).is_ok());
 
-  StageSpec wrong_stage = spec;
+  TensorListSpec wrong_stage = spec;
   wrong_stage.stage = 3;
   CHECK(validate_against_spec(header, wrong_stage).code() == StatusCode::invalid_argument);
 
-  StageSpec wrong_count = spec;
+  TensorListSpec wrong_count = spec;
   wrong_count.inputs.pop_back();
   CHECK_FALSE(validate_against_spec(header, wrong_count).is_ok());
 
-  StageSpec wrong_dtype = spec;
+  TensorListSpec wrong_dtype = spec;
   wrong_dtype.inputs[0].first = DType::bf16;
   CHECK_FALSE(validate_against_spec(header, wrong_dtype).is_ok());
 
-  StageSpec wrong_rank = spec;
+  TensorListSpec wrong_rank = spec;
   wrong_rank.inputs[1].second = {-1, -1, 3};
   CHECK_FALSE(validate_against_spec(header, wrong_rank).is_ok());
 
-  StageSpec wrong_dim = spec;
+  TensorListSpec wrong_dim = spec;
   wrong_dim.inputs[0].second = {-1, -1, 8};
   Status status = validate_against_spec(header, wrong_dim);
   CHECK(status.code() == StatusCode::invalid_argument);

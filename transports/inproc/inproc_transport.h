@@ -13,7 +13,7 @@
 
 #include "swarm/core/status.h"
 #include "swarm/wire/wire.h"
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm {
 

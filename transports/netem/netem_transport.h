@@ -29,7 +29,7 @@
 #include "swarm/core/status.h"
 #include "swarm/wire/wire.h"
 #include "transports/netem/link_model.h"
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm {
 

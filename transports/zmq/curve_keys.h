@@ -13,7 +13,7 @@
 #include <string>
 
 #include "swarm/core/status.h"
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm::zmq_transport {
 

@@ -13,7 +13,7 @@
 
 #include <doctest/doctest.h>
 
-#include "transports/validating_handler.h"
+#include "swarm/protocol/validating_handler.h"
 #include "transports/zmq/zmq_transport.h"
 
 namespace swarm {

@@ -1,8 +1,8 @@
 // Which types model the Transport concept, and which do not.
 #include <doctest/doctest.h>
 
+#include "swarm/api/transport.h"
 #include "transports/inproc/inproc_transport.h"
-#include "transports/transport.h"
 
 namespace swarm {
 namespace {

@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "swarm/wire/wire.h"
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm {
 

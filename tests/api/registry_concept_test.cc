@@ -1,6 +1,7 @@
 // Which types model the Registry concept, and which do not.
 #include <doctest/doctest.h>
 
+#include "swarm/api/registry.h"
 #include "swarm/registry/dht_registry.h"
 #include "swarm/registry/in_process_registry.h"
 
@@ -33,12 +34,18 @@ struct Tagged : LooksLikeARegistry {
   using registry_concept = registry_t;
 };
 
+// Opted in, but its clock cannot be read through a const registry.
+struct TaggedWithNonConstNow : Tagged {
+  double now() { return 0; }
+};
+
 static_assert(Registry<InProcessRegistry>);
 static_assert(Registry<DhtRegistry>);
 static_assert(Registry<Tagged>);
 static_assert(!Registry<LooksLikeARegistry>);
 static_assert(!Registry<TaggedButWrongGet>);
 static_assert(!Registry<TaggedWithoutWithdraw>);
+static_assert(!Registry<TaggedWithNonConstNow>);
 static_assert(!Registry<int>);
 
 // Code written once against the concept.

@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace swarm::wire {
 
@@ -88,6 +89,18 @@ class Frame {
   std::shared_ptr<const void> keeper_;
   const char* data_ = nullptr;
   std::size_t size_ = 0;
+};
+
+// The parts of one message; each Frame shares its bytes instead of copying them.
+struct Frames {
+  std::vector<Frame> parts;
+
+  std::vector<std::string_view> views() const {
+    std::vector<std::string_view> out;
+    out.reserve(parts.size());
+    for (const Frame& part : parts) out.push_back(part.view());
+    return out;
+  }
 };
 
 }  // namespace swarm::wire

@@ -27,24 +27,15 @@
 #include <utility>
 #include <vector>
 
+#include "swarm/core/clock.h"
+#include "swarm/core/frame.h"
+#include "swarm/core/ids.h"
 #include "swarm/core/status.h"
-#include "swarm/wire/wire.h"
 
 namespace swarm {
 
 struct transport_t {};
 
-using Clock = std::chrono::steady_clock;
-// Absolute, so a deadline survives being passed down through retries and hops.
-using Deadline = Clock::time_point;
-using CallId = uint64_t;
-
-// Who sent a request, as the transport authenticated it (never as the payload
-// claims): routers and rate limits key on it.
-struct PeerIdentity {
-  std::string id;
-  friend bool operator==(const PeerIdentity&, const PeerIdentity&) = default;
-};
 
 // Atomics because a client's callers and a server's workers update them from
 // many threads; messages count whole multipart messages, bytes count frame bytes.

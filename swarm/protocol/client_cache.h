@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "transports/transport.h"
+#include "swarm/api/transport.h"
 
 namespace swarm {
 

@@ -60,4 +60,27 @@ concept Backend =
       { B::synchronize(stream) } -> std::same_as<Status>;
     };
 
+// Refinements: optional fused ops. A backend opts in with the tag as well as the
+// functions, so a model never picks up a same-named function by accident.
+struct fused_residual_layernorm_t {};
+struct fused_matmul_gelu_t {};
+
+// residual = a + b, then out = layernorm(residual), in one pass.
+template <typename B>
+concept FusedResidualLayernormBackend =
+    Backend<B> && std::same_as<typename B::fused_residual_layernorm_concept, fused_residual_layernorm_t> &&
+    requires(typename B::value_type* x, const typename B::value_type* cx, float* f, typename B::stream_type s) {
+      B::residual_layernorm_forward(x, x, f, f, cx, cx, cx, cx, 1, 1, s);
+    };
+
+// GEMM with the GELU in its epilogue (keeping the pre-activation), and its backward
+// with the GELU derivative fused.
+template <typename B>
+concept FusedMatmulGeluBackend =
+    Backend<B> && std::same_as<typename B::fused_matmul_gelu_concept, fused_matmul_gelu_t> &&
+    requires(typename B::value_type* x, const typename B::value_type* cx, float* f, typename B::stream_type s) {
+      B::matmul_gelu_forward(x, x, cx, cx, cx, 1, 1, 1, s);
+      B::matmul_backward_dgelu(x, f, f, cx, cx, cx, cx, 1, 1, 1, s);
+    };
+
 }  // namespace swarm

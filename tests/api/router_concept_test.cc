@@ -1,6 +1,7 @@
 // Which types model the Router concept, and which do not.
 #include <doctest/doctest.h>
 
+#include "swarm/api/router.h"
 #include "swarm/wiring/baseline_routers.h"
 #include "swarm/wiring/stochastic_wiring.h"
 
@@ -31,13 +32,26 @@ struct WrongTag : LooksLikeARouter {
   using router_concept = void;
 };
 
+// Opted in, but always picks a peer: a router must be able to say "none usable".
+struct TaggedChoiceWithoutNone : LooksLikeARouter {
+  using router_concept = router_t;
+  PeerId choose(TaskKind, int64_t, double) { return {}; }
+  PeerId choose(TaskKind, int64_t, double, const std::vector<PeerId>&) { return {}; }
+};
+
+struct Tagged : LooksLikeARouter {
+  using router_concept = router_t;
+};
+
 static_assert(Router<StochasticWiringRouter>);
 static_assert(Router<RoundRobinRouter>);
 static_assert(Router<UniformRandomRouter>);
 static_assert(Router<LeastLoadedRouter>);
+static_assert(Router<Tagged>);
 static_assert(!Router<LooksLikeARouter>);
 static_assert(!Router<WrongTag>);
 static_assert(!Router<TaggedWithoutExclude>);
+static_assert(!Router<TaggedChoiceWithoutNone>);
 static_assert(!Router<int>);
 
 TEST_CASE_TEMPLATE("a fresh router has no usable peer and chooses none", R, StochasticWiringRouter,

@@ -1,0 +1,79 @@
+// peer_stats: what a peer has done, shared by its parts, and a way to wait on it.
+//
+// Every part updates the board through update(), which wakes waiters, so tests and
+// tools wait on the peer itself (wait_for) instead of polling it.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+
+#include "swarm/core/clock.h"
+
+namespace swarm {
+
+struct PeerStats {
+  int64_t forward = 0;
+  int64_t backward = 0;
+  int64_t samples = 0;
+  int64_t optimizer_steps = 0;
+  int64_t rejected = 0;         // requests refused by validation
+  int64_t forward_batches = 0;  // stage calls that served forward requests
+  double throughput = 0;        // samples per second of compute, smoothed
+  // Stage synchronization.
+  int64_t global_step = 0;
+  uint64_t params_hash = 0;
+  int64_t rounds_completed = 0;
+  int64_t rounds_failed = 0;
+  int64_t lost_samples = 0;  // accumulated, then lost with a failed round
+  int64_t state_downloads = 0;
+  int64_t diverged = 0;  // rounds after which this replica's hash was not the stage's
+  int64_t last_download_donors = 0;       // donors the last state download used (2+: one failed)
+  int64_t last_download_resumed_at = -1;  // byte offset a later donor continued from
+  int64_t allreduce_bytes = 0;            // gradient payload bytes sent in rounds
+  int64_t allreduce_values = 0;           // float values those payloads carried
+  bool serving = false;
+};
+
+class StatsBoard {
+ public:
+  // Fields that other parts own (validation counters, serving) are filled in on read.
+  explicit StatsBoard(std::function<void(PeerStats&)> overlay) : overlay_(std::move(overlay)) {}
+
+  template <typename Change>
+  void update(Change change) {
+    {
+      std::lock_guard lock(mu_);
+      change(stats_);
+    }
+    cv_.notify_all();
+  }
+  // Wakes waiters after a change to an overlaid field.
+  void notify() { update([](PeerStats&) {}); }
+
+  PeerStats snapshot() const {
+    std::lock_guard lock(mu_);
+    return current();
+  }
+
+  template <typename Predicate>
+  bool wait_for(Predicate done, Deadline deadline) const {
+    std::unique_lock lock(mu_);
+    return cv_.wait_until(lock, deadline, [&] { return done(current()); });
+  }
+
+ private:
+  PeerStats current() const {
+    PeerStats out = stats_;
+    overlay_(out);
+    return out;
+  }
+
+  std::function<void(PeerStats&)> overlay_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  PeerStats stats_;
+};
+
+}  // namespace swarm

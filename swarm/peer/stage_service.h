@@ -1,0 +1,176 @@
+// stage_service: serves forward and backward requests for the peer's replica.
+//
+// Every request is checked against the stage's StageSpec before any compute
+// (protocol::check_request); float inputs are decoded from the stage's codec and
+// replies encoded in it. The replica is reached through a shared pointer that
+// set_replica swaps, so the next request already runs on the new one.
+//
+//   StageService<S, Codecs> service(options, replica, &stats, hooks);
+//   wire::Frames reply = service.handle(decoded_request);
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "swarm/api/codec.h"
+#include "swarm/api/stage.h"
+#include "swarm/peer/forward_batcher.h"
+#include "swarm/peer/peer_stats.h"
+#include "swarm/peer/replica.h"
+#include "swarm/protocol/stage_protocol.h"
+#include "swarm/protocol/tensor_codec.h"
+#include "swarm/wire/wire.h"
+
+namespace swarm {
+
+struct StageServiceOptions {
+  CodecId codec = CodecId::blockwise8;
+  int max_batch = 1;
+  // Emulated machines (tests, routing experiments): total time becomes
+  // (compute + emulated_seconds_per_sample x samples, x2.5 for backward) x slowdown.
+  double slowdown = 1.0;
+  double emulated_seconds_per_sample = 0;
+};
+
+// What the service asks of the rest of the peer.
+struct StageServiceHooks {
+  std::function<Status()> can_serve;                 // an error reply while re-syncing or dead
+  std::function<void(int64_t samples)> on_backward;  // the sync loop or the local step
+};
+
+template <Stage S, CodecTable Codecs>
+class StageService {
+ public:
+  using ReplicaT = Replica<S>;
+
+  StageService(StageServiceOptions options, std::shared_ptr<ReplicaT> replica, StatsBoard* stats,
+               StageServiceHooks hooks)
+      : options_(options), stats_(stats), hooks_(std::move(hooks)),
+        batcher_(options.max_batch, [this] { stats_->update([](PeerStats& s) { ++s.forward_batches; }); }) {
+    set_replica(std::move(replica));
+  }
+
+  void set_replica(std::shared_ptr<ReplicaT> replica) {
+    std::lock_guard lock(mu_);
+    spec_ = protocol::StageSpec{replica->stage_index(), replica->io_spec(), options_.codec};
+    replica_ = std::move(replica);
+  }
+  std::shared_ptr<ReplicaT> replica() const {
+    std::lock_guard lock(mu_);
+    return replica_;
+  }
+  protocol::StageSpec spec() const {
+    std::lock_guard lock(mu_);
+    return spec_;
+  }
+
+  // Requests being served or waiting to be; beyond one, this is the queue.
+  int64_t in_service() const { return in_service_.load(); }
+
+  wire::Frames handle(const wire::DecodedMessage& message) {
+    InService counted(in_service_);
+    const auto started = std::chrono::steady_clock::now();
+    std::shared_ptr<ReplicaT> replica;
+    protocol::StageSpec spec;
+    {
+      std::lock_guard lock(mu_);
+      replica = replica_;
+      spec = spec_;
+    }
+    const auto error = [&](const Status& status) {
+      return wire::make_error_reply(message.header.request_id, message.header.stage, status);
+    };
+    auto call = protocol::check_request(message, spec);
+    if (!call.is_ok()) return error(call.status());
+    if (Status ready = hooks_.can_serve(); !ready.is_ok()) return error(ready);
+    auto reply = serve(*replica, *call);
+    if (!reply.is_ok()) return error(reply.status());
+    if (call->is_backward()) {
+      replica->count_backward(call->batch);
+      hooks_.on_backward(call->batch);
+    }
+    const double seconds = emulate(started, call->batch, call->is_backward());
+    record(call->is_backward(), call->batch, seconds);
+    auto frames = protocol::encode_reply(call->request_id, spec.stage, *reply);
+    return frames.is_ok() ? std::move(frames).value() : error(frames.status());
+  }
+
+ private:
+  struct InService {
+    std::atomic<int64_t>& count;
+    explicit InService(std::atomic<int64_t>& c) : count(c) { ++count; }
+    ~InService() { --count; }
+  };
+
+  Result<protocol::StageReply> serve(ReplicaT& replica, const protocol::StageCall& call) {
+    Tensor input_storage;
+    SWARM_ASSIGN_OR_RETURN(TensorView input, protocol::float_view<Codecs>(*call.input, &input_storage));
+    const TensorView* targets = call.targets != nullptr ? &call.targets->view : nullptr;
+    protocol::StageReply reply;
+    if (!call.is_backward()) {
+      SWARM_ASSIGN_OR_RETURN(Tensor out, compute_forward(replica, input, targets));
+      if (targets != nullptr) {
+        reply.loss = out.data<float>()[0];
+      } else {
+        SWARM_ASSIGN_OR_RETURN(reply.tensor, protocol::encode_floats<Codecs>(out, options_.codec));
+      }
+      return reply;
+    }
+    Tensor grad_storage;
+    SWARM_ASSIGN_OR_RETURN(TensorView grad_output, protocol::float_view<Codecs>(*call.grad_output, &grad_storage));
+    Tensor grad_input;
+    if (targets != nullptr) {
+      SWARM_ASSIGN_OR_RETURN(auto both, replica.forward_and_backward(input, grad_output, *targets));
+      reply.loss = both.first.template data<float>()[0];
+      grad_input = std::move(both.second);
+    } else {
+      SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output));
+    }
+    if (grad_input.defined()) {
+      SWARM_ASSIGN_OR_RETURN(reply.tensor, protocol::encode_floats<Codecs>(grad_input, options_.codec));
+    }
+    return reply;
+  }
+
+  Result<Tensor> compute_forward(ReplicaT& replica, const TensorView& input, const TensorView* targets) {
+    if (targets == nullptr && options_.max_batch > 1) return batcher_.forward(replica, input);
+    stats_->update([](PeerStats& s) { ++s.forward_batches; });
+    return replica.forward(input, targets);
+  }
+
+  // Sleeps out an emulated machine's extra time; returns the request's total seconds.
+  double emulate(std::chrono::steady_clock::time_point started, int64_t batch, bool backward) const {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double emulated = options_.emulated_seconds_per_sample * batch * (backward ? 2.5 : 1.0);
+    const double extra = emulated * options_.slowdown + seconds * std::max(0.0, options_.slowdown - 1.0);
+    if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));
+    return seconds + extra;
+  }
+
+  void record(bool backward, int64_t batch, double seconds) {
+    stats_->update([&](PeerStats& s) {
+      (backward ? s.backward : s.forward) += 1;
+      if (backward) s.samples += batch;
+      if (seconds > 0 && batch > 0) {
+        // Backward costs about 2.5 forwards; count it as such for a comparable rate.
+        const double rate = batch * (backward ? 2.5 : 1.0) / seconds;
+        s.throughput = s.throughput == 0 ? rate : 0.9 * s.throughput + 0.1 * rate;
+      }
+    });
+  }
+
+  const StageServiceOptions options_;
+  StatsBoard* stats_;
+  StageServiceHooks hooks_;
+  ForwardBatcher<ReplicaT> batcher_;
+  mutable std::mutex mu_;
+  std::shared_ptr<ReplicaT> replica_;
+  protocol::StageSpec spec_;
+  std::atomic<int64_t> in_service_{0};
+};
+
+}  // namespace swarm
