@@ -109,6 +109,7 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
           "--warmup",      std::to_string(o.warmup_steps),
           "--step-every",  std::to_string(o.step_every_samples),
           "--max-batch",   std::to_string(o.max_batch),
+          "--codec",       o.codec,
           "--threads",     "1"};
   args.insert(args.end(), sync.begin(), sync.end());
   return args;
@@ -133,6 +134,9 @@ class ReplicaHashLog {
           if (stage_hashes.size() > 1) mismatched_.insert({s, step});
         }
         if (progress->step > newest_[s]) newest_[s] = progress->step;
+        auto& sent = allreduce_[progress->peer_id];  // cumulative per peer: keep the largest seen
+        sent.first = std::max(sent.first, progress->allreduce_bytes);
+        sent.second = std::max(sent.second, progress->allreduce_values);
       }
     }
   }
@@ -145,8 +149,18 @@ class ReplicaHashLog {
     return out;
   }
   size_t mismatched() const { return mismatched_.size(); }
+  // All-reduce payload (bytes, values) every peer seen has sent, dead ones included.
+  std::pair<int64_t, int64_t> allreduce_volume() const {
+    std::pair<int64_t, int64_t> total{0, 0};
+    for (const auto& [peer, sent] : allreduce_) {
+      total.first += sent.first;
+      total.second += sent.second;
+    }
+    return total;
+  }
 
  private:
+  std::map<std::string, std::pair<int64_t, int64_t>> allreduce_;
   std::set<std::pair<std::string, int64_t>> seen_;
   std::map<std::pair<int, int64_t>, std::set<uint64_t>> hashes_;
   std::set<std::pair<int, int64_t>> mismatched_;
@@ -327,11 +341,15 @@ class RunRecorder {
       : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)) {}
 
   void on_step(const StepReport& report) {
+    const WireVolume wire = wire_volume();
+    const auto allreduce = replicas_.allreduce_volume();
     metrics_->write({{"kind", "step"}, {"step", report.step},
                      {"loss", report.loss ? nlohmann::json(*report.loss) : nlohmann::json(nullptr)},
                      {"tokens_per_s", report.tokens_per_second},
                      {"microbatches_completed", report.ledger.completed},
-                     {"microbatches_abandoned", report.ledger.abandoned}, {"retries", report.ledger.retries}});
+                     {"microbatches_abandoned", report.ledger.abandoned}, {"retries", report.ledger.retries},
+                     {"wire_bytes", wire.bytes}, {"wire_values", wire.values},
+                     {"allreduce_bytes", allreduce.first}, {"allreduce_values", allreduce.second}});
     write_trainer_events();
     if (Clock::now() - last_peer_poll_ > std::chrono::seconds(2)) poll_peers();
     if (Clock::now() - last_replica_poll_ > std::chrono::milliseconds(500)) poll_replicas();
@@ -350,6 +368,7 @@ class RunRecorder {
   }
 
   double first_loss() const { return first_loss_.value_or(0); }
+  WireVolume pipeline_volume() const { return wire_volume(); }
   double last_loss() const { return last_loss_.value_or(0); }
   const ReplicaHashLog& replicas() const { return replicas_; }
 
@@ -361,6 +380,16 @@ class RunRecorder {
                          {"detail", e.detail}});
       }
     }
+  }
+
+  WireVolume wire_volume() const {
+    WireVolume total;
+    for (auto& trainer : *trainers_) {
+      const WireVolume v = trainer->wire_volume();
+      total.values += v.values;
+      total.bytes += v.bytes;
+    }
+    return total;
   }
 
   std::map<std::string, ServedCounts> served() const {
@@ -447,6 +476,7 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     o->warmup_steps = config.at("warmup_steps");
     o->global_batch = config.value("global_batch", int64_t{-1});
     o->checkpoint_every = config.value("checkpoint_every", o->checkpoint_every);
+    o->codec = config.value("codec", o->codec);
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("{}/config.json: {}", dir.string(), e.what());
   }
@@ -538,6 +568,7 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"global_batch_samples", global_batch_of(o)},
       {"checkpoint_every", o.checkpoint_every},
       {"transport", "zmq"},
+      {"codec", o.codec},
       {"registry", "opendht"},
       {"router", "stochastic_wiring"},
   };
@@ -607,6 +638,9 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   config.forward_timeout_seconds = o.forward_timeout_seconds;
   config.backward_timeout_seconds = o.backward_timeout_seconds;
   config.refresh_period_seconds = 2.0;
+  const std::optional<CodecId> codec = codec_from_name(o.codec);
+  if (!codec) return invalid_argument("--codec {}: expected 8bit, fp16, bf16 or none", o.codec);
+  config.codec = *codec;
   std::vector<std::unique_ptr<SwarmTrainer>> trainers;
   for (int t = 0; t < o.trainers; ++t) {
     config.trainer_id = fmt::format("trainer{}", t);
@@ -671,6 +705,10 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
   report.microbatches_abandoned = summary.ledger.abandoned;
   report.retries = summary.ledger.retries;
   report.global_steps = recorder.replicas().newest(o.stages);
+  const WireVolume wire = recorder.pipeline_volume();
+  report.wire_bytes = wire.bytes;
+  report.wire_values = wire.values;
+  std::tie(report.allreduce_bytes, report.allreduce_values) = recorder.replicas().allreduce_volume();
   report.replica_mismatches = static_cast<int64_t>(recorder.replicas().mismatched());
   return report;
 }
@@ -747,7 +785,9 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   metrics.write({{"kind", "step"}, {"step", report.steps}, {"loss", report.last_loss},
                  {"validation_loss", report.validation_loss}, {"tokens_per_s", report.tokens_per_second},
                  {"microbatches_completed", report.microbatches_completed},
-                 {"microbatches_abandoned", report.microbatches_abandoned}, {"retries", report.retries}});
+                 {"microbatches_abandoned", report.microbatches_abandoned}, {"retries", report.retries},
+                 {"wire_bytes", report.wire_bytes}, {"wire_values", report.wire_values},
+                 {"allreduce_bytes", report.allreduce_bytes}, {"allreduce_values", report.allreduce_values}});
   return report;
 }
 

@@ -85,6 +85,10 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
   fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | run directory: {}\n",
              report->microbatches_started, report->microbatches_completed, report->microbatches_abandoned,
              report->retries, options.run_dir);
+  auto per_value = [](int64_t bytes, int64_t values) { return values > 0 ? double(bytes) / double(values) : 0.0; };
+  fmt::print("wire ({}): pipeline {:.4f} bytes/value ({} values) | all-reduce {:.4f} bytes/value ({} values)\n",
+             options.codec, per_value(report->wire_bytes, report->wire_values), report->wire_values,
+             per_value(report->allreduce_bytes, report->allreduce_values), report->allreduce_values);
   return 0;
 }
 
@@ -101,6 +105,9 @@ void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
   command->add_option("--run-dir", o->run_dir, "Where config.json, metrics.jsonl and peer logs go")
       ->capture_default_str();
   command->add_option("--stages", o->stages, "Pipeline stages")->capture_default_str();
+  command->add_option("--codec", o->codec, "Codec of activations, gradients and all-reduce parts")
+      ->check(CLI::IsMember({"8bit", "fp16", "bf16", "none"}))
+      ->capture_default_str();
   command->add_option("--trainers", o->trainers, "Trainers (threads of this process)")->capture_default_str();
   command->add_option("--steps", o->steps, "Steps; a step is --microbatches-per-step microbatches per trainer")
       ->capture_default_str();
@@ -228,6 +235,9 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--step-every", peer.step_every_samples, "Samples between optimizer steps")
       ->capture_default_str();
   peer_cmd->add_option("--max-batch", peer.max_batch, "Run up to this many concurrent forwards as one batch")
+      ->capture_default_str();
+  peer_cmd->add_option("--codec", peer.codec, "Codec of activations, gradients and all-reduce parts")
+      ->check(CLI::IsMember({"8bit", "fp16", "bf16", "none"}))
       ->capture_default_str();
   peer_cmd->add_option("--slowdown", peer.slowdown, "Emulate a slower machine (2 = twice as slow)")
       ->capture_default_str();

@@ -90,6 +90,12 @@ int run_peer(const PeerRoleOptions& options) {
   config.warmup_steps = options.warmup_steps;
   config.step_every_samples = options.step_every_samples;
   config.max_batch = options.max_batch;
+  const std::optional<CodecId> codec = codec_from_name(options.codec);
+  if (!codec) {
+    fmt::print(stderr, "swarm peer: --codec {}: expected 8bit, fp16, bf16 or none\n", options.codec);
+    return 1;
+  }
+  config.codec = *codec;
   config.slowdown = options.slowdown;
   config.emulated_seconds_per_sample = options.emulated_seconds_per_sample;
   config.announce_period_seconds = options.announce_period_seconds;

@@ -32,6 +32,7 @@ struct PeerRoleOptions {
   int warmup_steps = 20;
   int step_every_samples = 16;
   int max_batch = 1;
+  std::string codec = "8bit";  // activations, gradients and all-reduce parts
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
   double announce_period_seconds = 1.0;

@@ -133,7 +133,8 @@ class TrainingLoop {
     return summary();
   }
 
-  // From any thread: start no more microbatches (the in-flight ones end).
+  // From any thread while run() runs: start no more microbatches (the
+  // in-flight ones end, and run() returns once they have).
   void request_stop() {
     std::lock_guard lock(mu_);
     close_locked(StopReason::stop_requested);

@@ -272,12 +272,8 @@ Result<Frames> encode_message(const MessageHeader& header, std::span<const Tenso
   if (tensors.size() > kMaxWireTensors) {
     return invalid_argument("{} tensors exceed the wire format's bound of {}", tensors.size(), kMaxWireTensors);
   }
-  if (header.error_text.size() > kMaxWireText) {
-    return invalid_argument("error text of {} bytes exceeds the wire format's bound of {}",
-                            header.error_text.size(), kMaxWireText);
-  }
-  MessageHeader filled = header;
-  filled.tensors.clear();
+  std::vector<EncodedTensor> encoded;
+  encoded.reserve(tensors.size());
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const TensorView& tensor = tensors[i];
     if (tensor.device() != Device::cpu) {
@@ -287,24 +283,15 @@ Result<Frames> encode_message(const MessageHeader& header, std::span<const Tenso
     if (tensor.raw_data() == nullptr && tensor.numel() != 0) {
       return invalid_argument("tensor {} has no data", i);
     }
-    TensorHeader entry;
-    entry.dtype_code = static_cast<uint8_t>(tensor.dtype());
-    entry.codec = static_cast<uint8_t>(Codec::none);
-    entry.dims.assign(tensor.shape().dims().begin(), tensor.shape().dims().end());
-    entry.payload_bytes = tensor.size_bytes();
-    filled.tensors.push_back(std::move(entry));
-  }
-  Frames frames;
-  frames.parts.reserve(tensors.size() + 1);
-  try {
-    frames.parts.push_back(serialize_header(filled));
-    for (const TensorView& tensor : tensors) {
-      frames.parts.emplace_back(static_cast<const char*>(tensor.raw_data()), tensor.size_bytes());
+    try {
+      encoded.push_back({tensor.dtype(), Codec::none,
+                         std::vector<int64_t>(tensor.shape().dims().begin(), tensor.shape().dims().end()),
+                         Frame(static_cast<const char*>(tensor.raw_data()), tensor.size_bytes())});
+    } catch (const std::exception& error) {
+      return resource_exhausted("encoding a message: {}", error.what());
     }
-  } catch (const std::exception& error) {
-    return resource_exhausted("encoding a message: {}", error.what());
   }
-  return frames;
+  return encode_message_payloads(header, encoded);
 }
 
 Result<Frames> encode_message_payloads(const MessageHeader& header, std::span<const EncodedTensor> tensors) {

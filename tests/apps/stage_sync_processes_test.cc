@@ -104,9 +104,13 @@ TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay 
     peers[id] = spawn(args, dir / (id + ".log"));
   }
 
+  // Trained for a time, not a step count: with no per-step barrier, the trainer's
+  // other microbatches keep flowing while one waits out the dead k2, and a fixed
+  // 60 steps could all be spent before k0 and k1 drop k2 and step on without it.
   std::vector<std::string> trainer = {"trainer", "--bootstrap", "127.0.0.1:" + port, "--stages", "1",
                                       "--run-dir", (dir / "run").string(), "--microbatch", "4",
-                                      "--microbatches-per-step", "4", "--steps", "60", "--eval-windows", "8",
+                                      "--microbatches-per-step", "4", "--steps", "100000", "--time-limit", "10",
+                                      "--eval-windows", "8",
                                       "--forward-timeout", "2", "--backward-timeout", "3"};
   trainer.insert(trainer.end(), model.begin(), model.end());
   const pid_t trainer_pid = spawn(trainer, dir / "trainer.log");

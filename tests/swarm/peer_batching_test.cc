@@ -100,6 +100,22 @@ TEST_CASE("forward requests that wait together run as one batch; each gets its o
   }
   REQUIRE(peer.requests_in_service() == 4);
   {
+    // Every compute worker is taken; control traffic has its own server and is
+    // answered anyway, while the stage is still held at the gate.
+    auto control = InprocTransport::connect(peer.control_address(), {});
+    REQUIRE(control.is_ok());
+    wire::MessageHeader ping;
+    ping.kind = wire::MessageKind::ping;
+    auto pong = control->call(*wire::encode_message(ping, std::vector<TensorView>{}), Clock::now() + 5s).get();
+    REQUIRE_MESSAGE(pong.is_ok(), pong.status().to_string());
+    auto decoded = wire::decode_message(pong->views(), wire::Limits{});
+    REQUIRE(decoded.is_ok());
+    CHECK(decoded->header.kind == wire::MessageKind::result);
+    std::lock_guard lock(gate.mu);
+    CHECK_FALSE(gate.open);
+    CHECK(gate.forward_calls == 1);
+  }
+  {
     std::lock_guard lock(gate.mu);
     gate.open = true;
   }

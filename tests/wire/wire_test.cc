@@ -93,7 +93,7 @@ TEST_CASE("every prefix of a valid header is rejected as a bad header") {
 TEST_CASE("garbage and trailing bytes in the header frame are rejected") {
   Fixture fixture;
   SUBCASE("a huge text length after a valid version") {
-    fixture.frames.parts[0] = std::string("\x01\x00", 2) + std::string(40, '\xff');
+    fixture.frames.parts[0] = std::string("\x02\x00", 2) + std::string(40, '\xff');  // version 2
     expect_rejected(fixture.frames.views(), Limits{}, StatusCode::invalid_argument,
                     &ValidationCounters::bad_header);
   }
@@ -113,11 +113,16 @@ TEST_CASE("header fields out of range are rejected with their counter") {
   Fixture fixture;
   MessageHeader forged = fixture.parsed_header();
   SUBCASE("wrong version") {
-    forged.version = 2;
+    forged.version = 1;  // before reply_codec: laid out differently
     fixture.replace_header(forged);
     std::string message = expect_rejected(fixture.frames.views(), Limits{}, StatusCode::unimplemented,
                                     &ValidationCounters::bad_version);
-    CHECK(message.find("version 2") != std::string::npos);
+    CHECK(message.find("version 1") != std::string::npos);
+  }
+  SUBCASE("unknown reply codec 9") {
+    forged.reply_codec = 9;
+    fixture.replace_header(forged);
+    expect_rejected(fixture.frames.views(), Limits{}, StatusCode::invalid_argument, &ValidationCounters::bad_dtype);
   }
   SUBCASE("unknown kind 200") {
     forged.kind = static_cast<MessageKind>(200);

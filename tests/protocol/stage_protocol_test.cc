@@ -1,0 +1,194 @@
+// The typed stage protocol: requests built by one end are what the other end
+// accepts, and every request that does not fit the StageSpec is refused before
+// compute, naming the mismatch.
+#include "swarm/protocol/stage_protocol.h"
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "swarm/compression/codecs.h"
+#include "swarm/protocol/tensor_codec.h"
+
+namespace swarm::protocol {
+namespace {
+
+using compression::StandardCodecs;
+
+constexpr int kD = 8;
+
+// A middle stage of a GPT-like model: f32 [B, T, d] in and out.
+StageSpec middle_stage(CodecId codec) {
+  return StageSpec{1, {{DType::f32, {-1, -1, kD}}, std::nullopt, {DType::f32, {-1, -1, kD}}}, codec};
+}
+
+// The last stage: f32 [B, T, d] in, i32 [B, T] targets, the f32 [1] loss out.
+StageSpec last_stage(CodecId codec) {
+  return StageSpec{1, {{DType::f32, {-1, -1, kD}}, TensorSpec{DType::i32, {-1, -1}}, {DType::f32, {1}}}, codec};
+}
+
+Tensor hidden(int64_t batch, float scale = 1.0f) {
+  Tensor t = *Tensor::empty(Shape{batch, 4, kD}, DType::f32);
+  float v = 0.1f;
+  for (float& x : t.span<float>()) x = (v = std::fmod(v * 1.7f + 0.3f, 2.0f) - 1.0f) * scale;
+  return t;
+}
+
+Tensor tokens(int64_t batch, int64_t t = 4) {
+  Tensor out = *Tensor::zeros(Shape{batch, t}, DType::i32);
+  return out;
+}
+
+// What the peer sees of a request the trainer built.
+struct Received {
+  wire::Frames frames;
+  wire::DecodedMessage message;
+};
+
+Received receive(const StageRequest& request, int stage, CodecId reply_codec) {
+  Received r;
+  r.frames = *encode_request(request, stage, reply_codec);
+  auto decoded = wire::decode_message(r.frames.views(), wire::Limits{});
+  REQUIRE_MESSAGE(decoded.is_ok(), decoded.status().to_string());
+  r.message = *decoded;
+  return r;
+}
+
+Status check(const StageRequest& request, const StageSpec& spec, int stage = 1, std::optional<CodecId> reply = {}) {
+  Received r = receive(request, stage, reply.value_or(spec.codec));
+  return check_request(r.message, spec).status();
+}
+
+TEST_CASE("a forward in the stage's codec is accepted, and its input decodes within the codec's bound") {
+  const StageSpec spec = middle_stage(CodecId::blockwise8);
+  Tensor x = hidden(2);
+  StageRequest request{wire::MessageKind::forward, 7, *encode_floats<StandardCodecs>(x, spec.codec), {}, {}};
+  Received r = receive(request, 1, spec.codec);
+  auto call = check_request(r.message, spec);
+  REQUIRE_MESSAGE(call.is_ok(), call.status().to_string());
+  CHECK(call->batch == 2);
+  CHECK(call->request_id == 7);
+  CHECK_FALSE(call->is_backward());
+  Tensor storage;
+  auto view = float_view<StandardCodecs>(*call->input, &storage);
+  REQUIRE(view.is_ok());
+  float absmax = 0;
+  for (float v : x.span<float>()) absmax = std::max(absmax, std::fabs(v));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const float bound = compression::Blockwise8Codec::max_abs_error(absmax, x.data<float>()[i]);
+    CHECK(std::fabs(view->data<float>()[i] - x.data<float>()[i]) <= bound);
+  }
+  // 8-bit: one byte per value plus one scale per 4096 values.
+  CHECK(volume_of(request).bytes == x.numel() + 4);
+  CHECK(volume_of(request).values == x.numel());
+}
+
+TEST_CASE("requests that do not fit the spec are refused before compute, naming what is wrong") {
+  const StageSpec spec = middle_stage(CodecId::blockwise8);
+  const auto in_8bit = [&](const Tensor& t) { return *encode_floats<StandardCodecs>(t, CodecId::blockwise8); };
+
+  SUBCASE("the wrong stage") {
+    Status s = check({wire::MessageKind::forward, 1, in_8bit(hidden(1)), {}, {}}, spec, /*stage=*/0);
+    CHECK(s.code() == StatusCode::invalid_argument);
+  }
+  SUBCASE("a raw f32 input where the stage takes 8bit") {
+    Status s = check({wire::MessageKind::forward, 1, raw_tensor(hidden(1)), {}, {}}, spec);
+    CHECK(s.code() == StatusCode::invalid_argument);
+    CHECK(s.message().find("codec") != std::string::npos);
+  }
+  SUBCASE("a reply codec the stage does not send") {
+    Status s = check({wire::MessageKind::forward, 1, in_8bit(hidden(1)), {}, {}}, spec, 1, CodecId::fp16);
+    CHECK(s.code() == StatusCode::invalid_argument);
+  }
+  SUBCASE("an integer input where the stage takes floats") {
+    Status s = check({wire::MessageKind::forward, 1, raw_tensor(tokens(1)), {}, {}}, spec);
+    CHECK(s.code() == StatusCode::invalid_argument);
+  }
+  SUBCASE("the wrong model width") {
+    Tensor wide = *Tensor::zeros(Shape{1, 4, kD + 1}, DType::f32);
+    Status s = check({wire::MessageKind::forward, 1, in_8bit(wide), {}, {}}, spec);
+    CHECK(s.code() == StatusCode::invalid_argument);
+  }
+  SUBCASE("a backward without its output gradient") {
+    Status s = check({wire::MessageKind::backward, 1, in_8bit(hidden(1)), {}, {}}, spec);
+    CHECK(s.code() == StatusCode::invalid_argument);
+  }
+  SUBCASE("an output gradient of another batch") {
+    Status s = check({wire::MessageKind::backward, 1, in_8bit(hidden(2)), in_8bit(hidden(3)), {}}, spec);
+    CHECK(s.code() == StatusCode::invalid_argument);
+    CHECK(s.message().find("does not match") != std::string::npos);
+  }
+  SUBCASE("a control message kind sent to the stage service") {
+    wire::MessageHeader header;
+    header.kind = wire::MessageKind::state_chunk;
+    header.stage = 1;
+    header.reply_codec = static_cast<uint8_t>(CodecId::blockwise8);
+    auto frames = *wire::encode_message(header, std::vector<TensorView>{});
+    auto decoded = *wire::decode_message(frames.views(), wire::Limits{});
+    CHECK(check_request(decoded, spec).status().code() == StatusCode::invalid_argument);
+  }
+}
+
+TEST_CASE("the last stage: targets must be raw and match the input's batch; the reply carries gradient and loss") {
+  const StageSpec spec = last_stage(CodecId::fp16);
+  Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
+  d_loss.data<float>()[0] = 1.0f;
+  const auto in_fp16 = [&](const Tensor& t) { return *encode_floats<StandardCodecs>(t, CodecId::fp16); };
+
+  StageRequest good{wire::MessageKind::backward, 3, in_fp16(hidden(2)), raw_tensor(d_loss), raw_tensor(tokens(2))};
+  CHECK(check(good, spec).is_ok());
+
+  StageRequest other_batch = good;
+  other_batch.targets = raw_tensor(tokens(3));
+  CHECK(check(other_batch, spec).code() == StatusCode::invalid_argument);
+
+  StageRequest compressed_loss = good;
+  compressed_loss.grad_output = in_fp16(d_loss);  // d_loss travels raw
+  CHECK(check(compressed_loss, spec).code() == StatusCode::invalid_argument);
+
+  StageReply reply{in_fp16(hidden(2)), 2.5f};
+  auto frames = *encode_reply(3, 1, reply);
+  auto parsed = parse_reply(frames, wire::Limits{}, /*has_loss=*/true);
+  REQUIRE(parsed.is_ok());
+  CHECK(*parsed->loss == 2.5f);
+  REQUIRE(parsed->tensor.has_value());
+  CHECK(parsed->tensor->codec == CodecId::fp16);
+  // The trainer passes these bytes on untouched: they are the peer's encoding.
+  CHECK(parsed->tensor->payload.view() == reply.tensor->payload.view());
+  CHECK(volume_of(*parsed).values == 2 * 4 * kD + 1);
+}
+
+TEST_CASE("a reply from a hostile peer is an error, not a crash") {
+  SUBCASE("a forged NaN scale in an 8-bit output") {
+    StageReply reply{*encode_floats<StandardCodecs>(hidden(1), CodecId::blockwise8), std::nullopt};
+    std::string bytes = reply.tensor->payload.str();
+    const float nan = std::nanf("");
+    std::memcpy(bytes.data(), &nan, sizeof nan);  // the scale of block 0
+    reply.tensor->payload = wire::Frame(bytes);
+    auto frames = *encode_reply(1, 0, reply);
+    CHECK(parse_reply(frames, wire::Limits{}, false).status().code() == StatusCode::invalid_argument);
+  }
+  SUBCASE("a last stage that sends no loss") {
+    StageReply reply{*encode_floats<StandardCodecs>(hidden(1), CodecId::bf16), std::nullopt};
+    auto frames = *encode_reply(1, 0, reply);
+    CHECK_FALSE(parse_reply(frames, wire::Limits{}, true).is_ok());
+  }
+  SUBCASE("two output tensors") {
+    wire::MessageHeader header;
+    header.kind = wire::MessageKind::result;
+    Tensor a = hidden(1), b = hidden(1);
+    auto frames = *wire::encode_message(header, std::vector<TensorView>{a, b});
+    CHECK_FALSE(parse_reply(frames, wire::Limits{}, false).is_ok());
+  }
+}
+
+TEST_CASE("raw tensors share the tensor's storage instead of copying it") {
+  Tensor x = hidden(2);
+  wire::EncodedTensor raw = raw_tensor(x);
+  CHECK(raw.payload.data() == static_cast<const char*>(x.raw_data()));
+  CHECK(raw.payload.size() == x.size_bytes());
+}
+
+}  // namespace
+}  // namespace swarm::protocol
