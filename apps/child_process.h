@@ -2,6 +2,8 @@
 // with its output in a log file, and signal or reap it.
 //
 // Children get PR_SET_PDEATHSIG, so killing `swarm local` never leaves peers behind.
+// The signal follows the *thread* that spawned the child: spawn from a thread that
+// lives as long as the child should.
 //
 //   auto child = swarm::apps::ChildProcess::spawn({"peer", "--stage", "1"}, "run/peers/p1.log");
 //   child->signal(SIGSTOP);

@@ -320,6 +320,10 @@ class ChaosRunner {
                         target.empty() ? "no live peer" : target),
             false);
     }
+    // Peers this thread restarted die with it (PR_SET_PDEATHSIG follows the thread
+    // that forked them), so it lives until the run ends, not until the plan does.
+    std::unique_lock lock(mu_);
+    done_cv_.wait(lock, [&] { return done_; });
   }
 
   std::mutex mu_;
@@ -717,6 +721,7 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
 Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print) {
   const LocalSwarmOptions& o = run.o;
   SWARM_ASSIGN_OR_RETURN(auto trainers, make_trainers(o, &run.registry));
+  SWARM_RETURN_IF_ERROR(trainers.front()->check_stages());
   SWARM_ASSIGN_OR_RETURN(auto samplers, make_samplers(o, &run.data.split.train, run.start_step));
   if (run.start_step > 0) {
     run.metrics.write({{"kind", "event"}, {"event", "resumed"}, {"peer", ""}, {"step", run.start_step}});

@@ -148,6 +148,8 @@ class Peer {
   }
   const PeerConfig& config() const { return config_; }
   int64_t requests_in_service() const { return service_ ? service_->in_service() : 0; }
+  // What the stage takes and sends, as trainers see it through an `info` request.
+  protocol::StageSpec spec() const { return service_->spec(); }
   PeerStats stats() const { return stats_.snapshot(); }
   bool dead() const { return flags_.dead; }
 
@@ -271,6 +273,10 @@ class Peer {
   wire::Frames compute(const wire::DecodedMessage& message) {
     if (Status refused = refuse_if_dead(message); !refused.is_ok()) return error(message, refused);
     if (message.header.kind == wire::MessageKind::ping) return ok(message);
+    if (message.header.kind == wire::MessageKind::info) {
+      auto reply = protocol::encode_info_reply(message.header.request_id, service_->spec());
+      return reply.is_ok() ? std::move(reply).value() : error(message, reply.status());
+    }
     return service_->handle(message);
   }
 

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 namespace swarm::protocol {
 namespace {
 
@@ -147,6 +149,83 @@ Result<StageReply> parse_reply(const wire::Frames& frames, const wire::Limits& l
     reply.loss = loss;
   }
   return reply;
+}
+
+namespace {
+
+nlohmann::json tensor_spec_json(const TensorSpec& spec) {
+  return {{"dtype", dtype_name(spec.dtype)}, {"dims", spec.dims}};
+}
+
+Result<TensorSpec> tensor_spec_from(const nlohmann::json& j) {
+  const auto dtype = dtype_from_name(j.at("dtype").get<std::string>());
+  if (!dtype) return invalid_argument("stage info: unknown dtype");
+  TensorSpec spec{*dtype, j.at("dims").get<std::vector<int64_t>>()};
+  if (spec.dims.size() > Shape::kMaxRank) return invalid_argument("stage info: rank {} too large", spec.dims.size());
+  for (int64_t d : spec.dims) {
+    if (d < -1) return invalid_argument("stage info: dim {} below -1", d);
+  }
+  return spec;
+}
+
+}  // namespace
+
+std::string spec_to_json(const StageSpec& spec) {
+  nlohmann::json j{{"stage", spec.stage},
+                   {"input", tensor_spec_json(spec.io.input)},
+                   {"output", tensor_spec_json(spec.io.output)},
+                   {"codec", codec_name(spec.codec)}};
+  if (spec.io.targets) j["targets"] = tensor_spec_json(*spec.io.targets);
+  return j.dump();
+}
+
+Result<StageSpec> spec_from_json(std::string_view text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return invalid_argument("stage info is not a JSON object");
+  try {
+    StageSpec spec;
+    spec.stage = j.at("stage").get<int>();
+    if (spec.stage < 0) return invalid_argument("stage info: negative stage");
+    SWARM_ASSIGN_OR_RETURN(spec.io.input, tensor_spec_from(j.at("input")));
+    SWARM_ASSIGN_OR_RETURN(spec.io.output, tensor_spec_from(j.at("output")));
+    if (j.contains("targets")) {
+      SWARM_ASSIGN_OR_RETURN(spec.io.targets, tensor_spec_from(j.at("targets")));
+    }
+    const auto codec = codec_from_name(j.at("codec").get<std::string>());
+    if (!codec) return invalid_argument("stage info: unknown codec");
+    spec.codec = *codec;
+    return spec;
+  } catch (const nlohmann::json::exception& e) {
+    return invalid_argument("malformed stage info: {}", e.what());
+  }
+}
+
+Result<wire::Frames> encode_info_request(int stage) {
+  wire::MessageHeader header;
+  header.kind = wire::MessageKind::info;
+  header.stage = static_cast<uint32_t>(stage);
+  return wire::encode_message(header, std::vector<TensorView>{});
+}
+
+Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec) {
+  std::string text = spec_to_json(spec);
+  wire::MessageHeader header;
+  header.kind = wire::MessageKind::result;
+  header.stage = static_cast<uint32_t>(spec.stage);
+  header.request_id = request_id;
+  const std::vector<wire::EncodedTensor> tensors{
+      {DType::u8, CodecId::none, {static_cast<int64_t>(text.size())}, wire::Frame(std::move(text))}};
+  return wire::encode_message_payloads(header, tensors);
+}
+
+Result<StageSpec> parse_info_reply(const wire::Frames& frames, const wire::Limits& limits) {
+  SWARM_ASSIGN_OR_RETURN(wire::DecodedMessage message, wire::decode_message(frames.views(), limits));
+  if (message.header.kind == wire::MessageKind::error) return wire::status_from_error_reply(message.header);
+  if (message.header.kind != wire::MessageKind::result || message.tensors.size() != 1 ||
+      message.tensors[0].dtype != DType::u8) {
+    return invalid_argument("a stage info reply is one u8 tensor of JSON");
+  }
+  return spec_from_json(message.tensors[0].payload);
 }
 
 }  // namespace swarm::protocol

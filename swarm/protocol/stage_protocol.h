@@ -99,6 +99,15 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
 
 Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageReply& reply);
 
+// The `info` exchange: a peer answers with its StageSpec (as a JSON u8 tensor), so a
+// trainer or tool can check what a stage takes and sends before routing to it.
+Result<wire::Frames> encode_info_request(int stage);
+Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec);
+// From an untrusted peer: every field type- and range-checked.
+Result<StageSpec> parse_info_reply(const wire::Frames& frames, const wire::Limits& limits);
+std::string spec_to_json(const StageSpec& spec);
+Result<StageSpec> spec_from_json(std::string_view text);
+
 // The trainer's side: the reply's tensors, sharing the received frames.
 // has_loss: the request went to the stage that takes targets.
 Result<StageReply> parse_reply(const wire::Frames& frames, const wire::Limits& limits, bool has_loss);

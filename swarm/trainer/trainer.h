@@ -147,6 +147,43 @@ class Trainer {
     return {wire_values_.load(std::memory_order_relaxed), wire_bytes_.load(std::memory_order_relaxed)};
   }
 
+  // A stage's StageSpec, asked of one of its peers (`info`). Errors: no peer known,
+  // the peer unreachable, or a malformed answer.
+  Result<protocol::StageSpec> stage_spec(int index) {
+    if (index < 0 || index >= config_.num_stages) return invalid_argument("stage {} does not exist", index);
+    StageState& stage = *stages_[index];
+    refresh(stage, index, /*force=*/true);
+    std::string address;
+    {
+      std::lock_guard lock(stage.mu);
+      if (!stage.addresses.empty()) address = stage.addresses.begin()->second;
+    }
+    if (address.empty()) return unavailable("stage {} has no peers", index);
+    auto client = client_for(address);
+    if (!client) return unavailable("cannot connect to {}", address);
+    SWARM_ASSIGN_OR_RETURN(wire::Frames request, protocol::encode_info_request(index));
+    SWARM_ASSIGN_OR_RETURN(wire::Frames reply,
+                           client->call(std::move(request), deadline_after(config_.forward_timeout_seconds)).get());
+    return protocol::parse_info_reply(reply, wire::Limits{});
+  }
+
+  // Before training: every stage sends this trainer's codec and the last one takes
+  // targets, so a mismatch is one clear error rather than abandoned microbatches.
+  Status check_stages() {
+    for (int s = 0; s < config_.num_stages; ++s) {
+      SWARM_ASSIGN_OR_RETURN(protocol::StageSpec spec, stage_spec(s));
+      if (spec.codec != config_.codec) {
+        return failed_precondition("stage {} sends codec {}, this trainer runs {} (pass the same --codec everywhere)", s,
+                                   codec_name(spec.codec), codec_name(config_.codec));
+      }
+      if (spec.io.targets.has_value() != (s == config_.num_stages - 1)) {
+        return failed_precondition("stage {} {} targets; only the last stage of {} does", s,
+                                   spec.io.targets ? "takes" : "does not take", config_.num_stages);
+      }
+    }
+    return Status::ok();
+  }
+
   // Peers each stage can use now, as the router sees them.
   std::vector<size_t> usable_peers() {
     std::vector<size_t> counts;

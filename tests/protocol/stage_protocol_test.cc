@@ -192,3 +192,31 @@ TEST_CASE("raw tensors share the tensor's storage instead of copying it") {
 
 }  // namespace
 }  // namespace swarm::protocol
+
+namespace swarm::protocol {
+namespace {
+
+TEST_CASE("stage info round-trips, and a hostile info reply is refused field by field") {
+  const StageSpec spec = last_stage(CodecId::bf16);
+  auto frames = *encode_info_reply(4, spec);
+  auto parsed = parse_info_reply(frames, wire::Limits{});
+  REQUIRE_MESSAGE(parsed.is_ok(), parsed.status().to_string());
+  CHECK(parsed->stage == spec.stage);
+  CHECK(parsed->codec == CodecId::bf16);
+  CHECK(parsed->io.input == spec.io.input);
+  CHECK(parsed->io.output == spec.io.output);
+  REQUIRE(parsed->io.targets.has_value());
+  CHECK(*parsed->io.targets == *spec.io.targets);
+
+  CHECK_FALSE(spec_from_json("[]").is_ok());
+  CHECK_FALSE(spec_from_json(R"({"stage":1})").is_ok());
+  CHECK_FALSE(spec_from_json(R"({"stage":"1","input":{"dtype":"f32","dims":[]},"output":{"dtype":"f32","dims":[]},"codec":"8bit"})").is_ok());
+  CHECK_FALSE(spec_from_json(R"({"stage":1,"input":{"dtype":"f99","dims":[]},"output":{"dtype":"f32","dims":[]},"codec":"8bit"})").is_ok());
+  CHECK_FALSE(spec_from_json(R"({"stage":1,"input":{"dtype":"f32","dims":[-5]},"output":{"dtype":"f32","dims":[]},"codec":"8bit"})").is_ok());
+  CHECK_FALSE(spec_from_json(R"({"stage":1,"input":{"dtype":"f32","dims":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]},"output":{"dtype":"f32","dims":[]},"codec":"8bit"})").is_ok());
+  CHECK_FALSE(spec_from_json(R"({"stage":1,"input":{"dtype":"f32","dims":[]},"output":{"dtype":"f32","dims":[]},"codec":"int4"})").is_ok());
+  CHECK_FALSE(spec_from_json(R"({"stage":-1,"input":{"dtype":"f32","dims":[]},"output":{"dtype":"f32","dims":[]},"codec":"none"})").is_ok());
+}
+
+}  // namespace
+}  // namespace swarm::protocol

@@ -85,6 +85,36 @@ std::map<std::string, ServedCounts> run_two_speed(int microbatches) {
   return by_role;
 }
 
+TEST_CASE("a trainer asks each stage for its spec, and a codec mismatch is one clear error before training") {
+  InProcessRegistry registry;
+  auto first = make_peer(&registry, 0, "info-0", 1.0, 0.0);
+  auto last = make_peer(&registry, 1, "info-1", 1.0, 0.0);
+  using RrTrainer = Trainer<RoundRobinRouter, InprocTransport, InProcessRegistry, compression::StandardCodecs>;
+  TrainerConfig config;  // 8bit, as the peers
+  RrTrainer matching(config, std::vector<RoundRobinRouter>(2), &registry);
+  auto spec = matching.stage_spec(0);
+  REQUIRE_MESSAGE(spec.is_ok(), spec.status().to_string());
+  CHECK(spec->io.input.dtype == DType::i32);  // tokens
+  CHECK(spec->io.output == TensorSpec{DType::f32, {-1, -1, tiny_config().d_model}});
+  CHECK_FALSE(spec->io.targets.has_value());
+  CHECK(matching.check_stages().is_ok());
+
+  config.codec = CodecId::fp16;
+  RrTrainer mismatched(config, std::vector<RoundRobinRouter>(2), &registry);
+  Status checked = mismatched.check_stages();
+  CHECK(checked.code() == StatusCode::failed_precondition);
+  CHECK(checked.message().find("8bit") != std::string::npos);
+  CHECK(checked.message().find("fp16") != std::string::npos);
+  // Without the check, each microbatch is refused by the peer (never computed) and abandoned.
+  std::mt19937 rng(1);
+  Tensor tokens, targets;
+  pattern_batch(rng, 2, &tokens, &targets);
+  MicrobatchOutcome outcome = mismatched.run_microbatch(tokens, targets);
+  CHECK_FALSE(outcome.completed);
+  CHECK(outcome.abandon_reason.find("codec") != std::string::npos);
+  CHECK(first->stats().forward == 0);
+}
+
 TEST_CASE("stochastic wiring gives a 2x faster peer 2/3 of the stage's microbatches") {
   auto served = run_two_speed<StochasticWiringRouter>(240);
   const double fast = served["fast"].forward + served["fast"].backward;
