@@ -307,23 +307,16 @@ class Trainer {
                                           MicrobatchOutcome* outcome) {
     StageState& stage = *stages_[index];
     const TaskKind kind = message.kind == wire::MessageKind::forward ? TaskKind::forward : TaskKind::backward;
-    const bool has_loss = message.targets.has_value();
     const double give_up_at = now() + config_.abandon_after_seconds;
-    std::vector<std::string> tried;
     SWARM_ASSIGN_OR_RETURN(wire::Frames request, protocol::encode_request(message, index, config_.codec));
-    const protocol::PayloadVolume request_volume = protocol::volume_of(message);
+    const Hop hop{index, kind, batch, message.targets.has_value(), protocol::volume_of(message)};
+    std::vector<std::string> tried;
     Status last_error = unavailable("stage {} has no peers", index);
     bool force_refresh = false;
     while (true) {
       refresh(stage, index, force_refresh);
       force_refresh = false;
-      std::optional<std::string> peer;
-      std::string address;
-      {
-        std::lock_guard lock(stage.mu);
-        peer = stage.router.choose(kind, batch, now(), tried);
-        if (peer) address = stage.addresses[*peer];
-      }
+      std::optional<std::pair<std::string, std::string>> peer = choose(stage, kind, batch, tried);
       if (!peer) {
         if (now() > give_up_at) {
           return unavailable("no peer of stage {} could serve it for {:.0f} s; last error: {}", index,
@@ -335,44 +328,66 @@ class Trainer {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
-      auto client = client_for(address);
-      const double timeout = kind == TaskKind::forward ? config_.forward_timeout_seconds
-                                                               : config_.backward_timeout_seconds;
-      const double started = now();
-      Result<wire::Frames> reply = unavailable("cannot connect to {}", address);
-      if (client) {
-        count_volume(request_volume);
-        reply = client->call(request, Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                                        std::chrono::duration<double>(timeout)))
-                    .get();
-      }
-      const double duration = now() - started;
-      Result<protocol::StageReply> tensor =
-          reply.is_ok() ? protocol::parse_reply(*reply, wire::Limits{}, has_loss) : Result<protocol::StageReply>(reply.status());
-      const bool ok = tensor.is_ok();
-      const auto outcome_kind = ok ? Outcome::success
-                                   : (tensor.status().code() == StatusCode::deadline_exceeded ? Outcome::timeout
-                                                                                              : Outcome::error);
-      {
-        std::lock_guard lock(stage.mu);
-        stage.router.report(*peer, kind, batch, outcome_kind, duration, now());
-      }
-      count(*peer, kind, ok);
-      if (!ok) {
-        std::lock_guard lock(served_mu_);
-        events_.push_back({outcome_kind == Outcome::timeout ? "timed_out" : "banned", *peer, index,
-                           tensor.status().to_string()});
-      }
-      if (ok) {
-        count_volume(protocol::volume_of(*tensor));
-        return tensor;
-      }
+      Result<protocol::StageReply> reply = call_peer(stage, hop, peer->first, peer->second, request);
+      if (reply.is_ok()) return reply;
       // A bad request is our fault, not the peer's: retrying elsewhere cannot help.
-      if (tensor.status().code() == StatusCode::invalid_argument) return tensor.status();
-      last_error = tensor.status().with_context(*peer);
+      if (reply.status().code() == StatusCode::invalid_argument) return reply.status();
+      last_error = reply.status().with_context(peer->first);
       ++outcome->retries;
-      tried.push_back(*peer);
+      tried.push_back(peer->first);
     }
+  }
+
+  struct Hop {
+    int stage = 0;
+    TaskKind kind = TaskKind::forward;
+    int64_t batch = 0;
+    bool has_loss = false;
+    protocol::PayloadVolume request_volume;
+  };
+
+  // (peer id, address) the router picks, never one already tried for this hop.
+  std::optional<std::pair<std::string, std::string>> choose(StageState& stage, TaskKind kind, int64_t batch,
+                                                            const std::vector<std::string>& tried) {
+    std::lock_guard lock(stage.mu);
+    std::optional<std::string> peer = stage.router.choose(kind, batch, now(), tried);
+    if (!peer) return std::nullopt;
+    return std::make_pair(*peer, stage.addresses[*peer]);
+  }
+
+  // One attempt at one peer; its outcome goes to the router, the counts and the events.
+  Result<protocol::StageReply> call_peer(StageState& stage, const Hop& hop, const std::string& peer,
+                                         const std::string& address, const wire::Frames& request) {
+    auto client = client_for(address);
+    const double timeout = hop.kind == TaskKind::forward ? config_.forward_timeout_seconds
+                                                         : config_.backward_timeout_seconds;
+    const double started = now();
+    Result<wire::Frames> frames = unavailable("cannot connect to {}", address);
+    if (client) {
+      count_volume(hop.request_volume);
+      frames = client->call(request, deadline_after(timeout)).get();
+    }
+    const double duration = now() - started;
+    Result<protocol::StageReply> reply =
+        frames.is_ok() ? protocol::parse_reply(*frames, wire::Limits{}, hop.has_loss)
+                       : Result<protocol::StageReply>(frames.status());
+    const bool ok = reply.is_ok();
+    const Outcome outcome = ok ? Outcome::success
+                               : (reply.status().code() == StatusCode::deadline_exceeded ? Outcome::timeout
+                                                                                         : Outcome::error);
+    {
+      std::lock_guard lock(stage.mu);
+      stage.router.report(peer, hop.kind, hop.batch, outcome, duration, now());
+    }
+    count(peer, hop.kind, ok);
+    if (ok) {
+      count_volume(protocol::volume_of(*reply));
+    } else {
+      std::lock_guard lock(served_mu_);
+      events_.push_back({outcome == Outcome::timeout ? "timed_out" : "banned", peer, hop.stage,
+                         reply.status().to_string()});
+    }
+    return reply;
   }
 
   void count_volume(const protocol::PayloadVolume& volume) {
