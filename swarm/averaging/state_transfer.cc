@@ -13,10 +13,68 @@ wire::Frames StateDonor::handle(const wire::DecodedMessage& request, int stage, 
   return std::move(frames).value();
 }
 
+namespace {
+
+// A chunk request's fields; any wrong type or range is invalid_argument, never an exception.
+struct ChunkRequest {
+  uint64_t hash = 0;
+  int64_t offset = 0;
+  int64_t length = 0;
+};
+
+// An integer field: nlohmann would silently truncate 0.5 or throw on "0".
+Result<int64_t> integer_field(const nlohmann::json& meta, const char* key) {
+  const auto it = meta.find(key);
+  if (it == meta.end() || !it->is_number_integer()) return invalid_argument("field '{}' must be an integer", key);
+  return it->get<int64_t>();
+}
+
+Result<uint64_t> hash_field(const nlohmann::json& meta) {
+  const auto it = meta.find("hash");
+  if (it == meta.end() || !it->is_string()) return invalid_argument("field 'hash' must be hex text");
+  return parse_hex64(it->get<std::string>());
+}
+
+Result<ChunkRequest> parse_chunk_request(const nlohmann::json& meta) {
+  ChunkRequest r;
+  SWARM_ASSIGN_OR_RETURN(r.hash, hash_field(meta));
+  SWARM_ASSIGN_OR_RETURN(r.offset, integer_field(meta, "offset"));
+  SWARM_ASSIGN_OR_RETURN(r.length, integer_field(meta, "length"));
+  return r;
+}
+
+// Subtraction, never offset + length: a forged offset near INT64_MAX must not wrap.
+Status check_chunk_range(const ChunkRequest& r, int64_t state_bytes) {
+  if (r.offset < 0 || r.length < 1 || r.offset > state_bytes || r.length > state_bytes - r.offset) {
+    return invalid_argument("chunk [{}, +{}) is outside the state's {} bytes", r.offset, r.length, state_bytes);
+  }
+  return Status::ok();
+}
+
+std::string op_of(const nlohmann::json& meta) {
+  const auto it = meta.find("op");
+  return it != meta.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
+Result<StateInfo> parse_state_info(const nlohmann::json& meta, int64_t max_bytes) {
+  StateInfo info;
+  SWARM_ASSIGN_OR_RETURN(info.step, integer_field(meta, "step"));
+  SWARM_ASSIGN_OR_RETURN(info.bytes, integer_field(meta, "bytes"));
+  SWARM_ASSIGN_OR_RETURN(info.hash, hash_field(meta));
+  if (info.step < 0 || info.bytes < 0) return invalid_argument("state info: negative step or size");
+  if (info.bytes > max_bytes) {
+    return resource_exhausted("state info claims {} bytes, more than the {} this stage's state can be", info.bytes,
+                              max_bytes);
+  }
+  return info;
+}
+
 Result<wire::Frames> StateDonor::answer(const wire::DecodedMessage& request, int stage, int64_t current_step,
                                         const Snapshot& snapshot) {
   SWARM_ASSIGN_OR_RETURN(nlohmann::json meta, control_json(request));
-  const std::string op = meta.value("op", "");
+  const std::string op = op_of(meta);
   std::lock_guard lock(mu_);
   auto reply = [&](const nlohmann::json& out, const TensorView* payload) {
     return encode_control_message(wire::MessageKind::result, static_cast<uint32_t>(stage), request.header.request_id,
@@ -32,17 +90,13 @@ Result<wire::Frames> StateDonor::answer(const wire::DecodedMessage& request, int
     return reply({{"step", step_}, {"bytes", static_cast<int64_t>(bytes_.size())}, {"hash", hex64(hash_)}}, nullptr);
   }
   if (op == "chunk") {
-    auto hash = parse_hex64(meta.value("hash", ""));
-    const int64_t offset = meta.value("offset", int64_t{-1});
-    const int64_t length = meta.value("length", int64_t{-1});
-    if (!hash.is_ok() || *hash != hash_ || bytes_.empty()) {
+    SWARM_ASSIGN_OR_RETURN(ChunkRequest chunk, parse_chunk_request(meta));
+    if (chunk.hash != hash_ || bytes_.empty()) {
       return failed_precondition("this donor no longer holds that state (it moved on to step {})", current_step);
     }
-    if (offset < 0 || length < 1 || offset + length > static_cast<int64_t>(bytes_.size())) {
-      return invalid_argument("chunk [{}, +{}) is outside the state's {} bytes", offset, length, bytes_.size());
-    }
-    TensorView payload(bytes_.data() + offset, DType::u8, Shape{length}, Device::cpu);
-    SWARM_ASSIGN_OR_RETURN(wire::Frames frames, reply({{"offset", offset}}, &payload));
+    SWARM_RETURN_IF_ERROR(check_chunk_range(chunk, static_cast<int64_t>(bytes_.size())));
+    TensorView payload(bytes_.data() + chunk.offset, DType::u8, Shape{chunk.length}, Device::cpu);
+    SWARM_ASSIGN_OR_RETURN(wire::Frames frames, reply({{"offset", chunk.offset}}, &payload));
     ++chunks_served_;
     if (after_chunk) SWARM_RETURN_IF_ERROR(after_chunk(chunks_served_));
     return frames;

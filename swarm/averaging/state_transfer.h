@@ -33,7 +33,22 @@ namespace swarm {
 struct StateTransferConfig {
   int64_t chunk_bytes = 1 << 20;
   double call_timeout_seconds = 5.0;
+  // A donor claiming a larger state is refused before anything is fetched; the peer
+  // derives it from its parameter count (parameters and optimizer state, with slack).
+  int64_t max_state_bytes = int64_t{1} << 34;
 };
+
+// The cap for a stage of `parameters` f32 parameters: the values and two optimizer
+// moments each, and room for names, shapes and counters.
+constexpr int64_t state_bytes_cap(int64_t parameters) { return parameters * 4 * 4 + (int64_t{1} << 20); }
+
+// The fields a donor sends back for {"op": "info"}, type- and range-checked.
+struct StateInfo {
+  int64_t step = 0;
+  int64_t bytes = 0;
+  uint64_t hash = 0;
+};
+Result<StateInfo> parse_state_info(const nlohmann::json& meta, int64_t max_bytes);
 
 // Serves state_chunk requests: {"op": "info"} -> {step, bytes, hash}, and
 // {"op": "chunk", "hash", "offset", "length"} -> the bytes. The encoding is made
@@ -91,17 +106,17 @@ Result<Checkpoint> download_state(ClientCache<T>& clients, int stage, const std:
       continue;
     }
     auto meta = control_json(info->message);
-    const int64_t donor_total = meta.is_ok() ? meta->value("bytes", int64_t{-1}) : -1;
-    auto donor_hash = parse_hex64(meta.is_ok() ? meta->value("hash", "") : "");
-    if (!donor_hash.is_ok() || donor_total < 0) {
-      last = data_loss("donor {} answered a malformed state info", donor.peer_id);
+    auto donor_info = meta.is_ok() ? parse_state_info(*meta, config.max_state_bytes) : Result<StateInfo>(meta.status());
+    if (!donor_info.is_ok()) {
+      last = data_loss("donor {} answered a bad state info: {}", donor.peer_id, donor_info.status().message());
       continue;
     }
-    if (*donor_hash != hash || donor_total != total) {
+    const int64_t donor_total = donor_info->bytes;
+    if (donor_info->hash != hash || donor_total != total) {
       // Another snapshot: what we have is of no use with it.
       if (!bytes.empty() && report != nullptr) report->resumed_at = -1;
       bytes.clear();
-      hash = *donor_hash;
+      hash = donor_info->hash;
       total = donor_total;
     } else if (!bytes.empty() && report != nullptr) {
       report->resumed_at = static_cast<int64_t>(bytes.size());

@@ -203,6 +203,9 @@ class Peer {
     c.all_reduce = config_.all_reduce;
     c.all_reduce.codec = config_.codec;
     c.state_transfer = config_.state_transfer;
+    // A donor's claimed size is checked against what this stage's state can be.
+    c.state_transfer.max_state_bytes =
+        std::min(c.state_transfer.max_state_bytes, state_bytes_cap(replica_->parameter_count()));
     c.schedule = optim::LrSchedule{.peak_lr = config_.learning_rate, .warmup_steps = config_.warmup_steps,
                                    .total_steps = config_.total_steps};
     c.checkpoint_path = config_.checkpoint_path;

@@ -165,6 +165,10 @@ class Replica {
   }
 
   int64_t step() const { return step_.load(); }
+  int64_t parameter_count() {
+    std::lock_guard lock(mu_);
+    return swarm::parameter_count(stage_);
+  }
   int64_t optimizer_steps() const { return optimizer_steps_.load(); }
   uint64_t params_hash() const {
     std::lock_guard lock(mu_);

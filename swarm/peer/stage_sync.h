@@ -145,6 +145,13 @@ class StageSync {
     stats_->notify();
   }
 
+  // Announced before waiters see it serve, so whoever sees `serving` finds the record.
+  void start_serving() {
+    flags_->serving = true;
+    announce_();
+    stats_->notify();
+  }
+
   void loop() {
     double last_publish = -1e9;
     while (true) {
@@ -304,8 +311,7 @@ class StageSync {
     catching_up_since_ = -1;
     const bool was_resyncing = needs_resync_;
     needs_resync_ = false;
-    set_serving(true);
-    announce_();
+    start_serving();
     if (was_resyncing) log_info("peer {}: serving at step {}: no stage-mate holds other state", config_.peer_id, my_step);
   }
 
@@ -346,8 +352,7 @@ class StageSync {
     log_info("peer {}: downloaded {} bytes of step {} from {} (resumed at {}), hash {:016x}; serving", config_.peer_id,
              report.bytes, state->step, fmt::join(report.donors_used, ","), report.resumed_at, hash);
     (void)publish_progress(false);
-    set_serving(true);
-    announce_();
+    start_serving();
   }
 
   // ---- rounds ----

@@ -102,3 +102,92 @@ TEST_CASE("a chunk request for a snapshot the donor no longer holds is refused")
 
 }  // namespace
 }  // namespace swarm
+
+namespace swarm {
+namespace {
+
+// A hostile joiner's requests, sent straight to a live donor.
+Result<ReceivedMessage> ask(Donor& donor, const nlohmann::json& meta) {
+  auto client = InprocTransport::connect(donor.address(), {});
+  REQUIRE(client.is_ok());
+  auto frames = encode_state_request(0, meta);
+  REQUIRE(frames.is_ok());
+  return decode_result_reply(client->call(std::move(frames).value(), Clock::now() + std::chrono::seconds(5)).get());
+}
+
+TEST_CASE("forged chunk requests get an error reply and the donor keeps serving") {
+  Donor d("hostile-target", sample_state(3, 1.0f));
+  auto info = ask(d, {{"op", "info"}});
+  REQUIRE(info.is_ok());
+  const auto meta = *control_json(info->message);
+  const std::string hash = meta.at("hash").get<std::string>();
+  const int64_t size = meta.at("bytes").get<int64_t>();
+
+  // offset + length wraps past INT64_MAX: it once read far outside the state (SIGSEGV).
+  const int64_t huge = std::numeric_limits<int64_t>::max() - 10;
+  for (const nlohmann::json& forged : {
+           nlohmann::json{{"op", "chunk"}, {"hash", hash}, {"offset", huge}, {"length", 100}},
+           nlohmann::json{{"op", "chunk"}, {"hash", hash}, {"offset", 1}, {"length", huge}},
+           nlohmann::json{{"op", "chunk"}, {"hash", hash}, {"offset", size}, {"length", 1}},
+           nlohmann::json{{"op", "chunk"}, {"hash", hash}, {"offset", -1}, {"length", 4}},
+           nlohmann::json{{"op", "chunk"}, {"hash", hash}, {"offset", "0"}, {"length", 4}},  // wrong JSON types
+           nlohmann::json{{"op", "chunk"}, {"hash", 12}, {"offset", 0}, {"length", 4}},
+           nlohmann::json{{"op", "chunk"}, {"hash", hash}, {"offset", 0.5}, {"length", 4}},
+           nlohmann::json{{"op", 7}},
+           nlohmann::json{{"op", "chunk"}},
+       }) {
+    auto reply = ask(d, forged);
+    INFO(forged.dump());
+    REQUIRE_FALSE(reply.is_ok());
+    CHECK(reply.status().code() == StatusCode::invalid_argument);
+  }
+  // An honest joiner is still served, byte for byte.
+  ClientCache<InprocTransport> clients;
+  auto got = download_state(clients, 0, {d.member()}, StateTransferConfig{.chunk_bytes = 256}, nullptr);
+  REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
+  CHECK(content_hash(got->tensors) == content_hash(d.state.tensors));
+}
+
+// A donor that lies about its state's size: the joiner must not try to fetch it.
+struct LyingDonor {
+  nlohmann::json info;
+  int64_t chunk_requests = 0;
+  std::optional<InprocServer> server;
+  std::shared_ptr<wire::ValidationCounters> counters = std::make_shared<wire::ValidationCounters>();
+
+  explicit LyingDonor(nlohmann::json claimed) : info(std::move(claimed)) {
+    server.emplace(*InprocTransport::bind("inproc://liar-" + info.dump().substr(0, 40), ServerOptions{}));
+    REQUIRE(server
+                ->serve(validating_handler(wire::Limits{}, counters,
+                                           [this](const PeerIdentity&, const wire::DecodedMessage& m) {
+                                             auto meta = *control_json(m);
+                                             if (meta.value("op", "") != "info") ++chunk_requests;
+                                             return *encode_control_message(wire::MessageKind::result, 0,
+                                                                            m.header.request_id, info, nullptr);
+                                           }))
+                .is_ok());
+  }
+  AllReduceMember member() const { return {"liar", "inproc://liar-" + info.dump().substr(0, 40)}; }
+};
+
+TEST_CASE("a donor's state info is checked before anything is fetched: size cap and field types") {
+  ClientCache<InprocTransport> clients;
+  StateTransferConfig config{.chunk_bytes = 256, .call_timeout_seconds = 2.0, .max_state_bytes = state_bytes_cap(300)};
+  for (const nlohmann::json& claimed : {
+           nlohmann::json{{"step", 4}, {"bytes", int64_t{1} << 40}, {"hash", "00000000000000ab"}},  // far beyond the cap
+           nlohmann::json{{"step", 4}, {"bytes", "1000"}, {"hash", "00000000000000ab"}},
+           nlohmann::json{{"step", -4}, {"bytes", 1000}, {"hash", "00000000000000ab"}},
+           nlohmann::json{{"step", 4}, {"bytes", 1000}, {"hash", 171}},
+       }) {
+    INFO(claimed.dump());
+    LyingDonor liar(claimed);
+    auto got = download_state(clients, 0, {liar.member()}, config, nullptr);
+    REQUIRE_FALSE(got.is_ok());
+    CHECK(got.status().code() == StatusCode::data_loss);
+    CHECK(liar.chunk_requests == 0);
+  }
+  CHECK(state_bytes_cap(300) < 2 << 20);
+}
+
+}  // namespace
+}  // namespace swarm
