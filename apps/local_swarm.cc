@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -12,12 +13,14 @@
 #include <set>
 #include <cstdio>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "apps/chaos.h"
 #include "apps/child_process.h"
+#include "apps/swarm_access.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/averaging/averaging_messages.h"
 #include "swarm/averaging/progress.h"
@@ -342,7 +345,8 @@ class RunRecorder {
   RunRecorder(const LocalSwarmOptions& o, DhtRegistry* registry,
               const std::vector<std::unique_ptr<SwarmTrainer>>* trainers, MetricsWriter* metrics,
               const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known)
-      : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)) {}
+      : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)),
+        ever_known_(known_) {}
 
   void on_step(const StepReport& report) {
     const WireVolume wire = wire_volume();
@@ -352,6 +356,7 @@ class RunRecorder {
                      {"tokens_per_s", report.tokens_per_second},
                      {"microbatches_completed", report.ledger.completed},
                      {"microbatches_abandoned", report.ledger.abandoned}, {"retries", report.ledger.retries},
+                     {"samples_completed", samples_completed()},
                      {"wire_bytes", wire.bytes}, {"wire_values", wire.values},
                      {"allreduce_bytes", allreduce.first}, {"allreduce_values", allreduce.second}});
     write_trainer_events();
@@ -364,11 +369,18 @@ class RunRecorder {
     }
   }
 
-  // After the last step: the final peer records and hashes.
+  // After the last step: the final peer records, hashes and sample ledgers.
   void finish() {
     write_trainer_events();
     poll_peers();
     poll_replicas();
+    write_sample_ledgers();
+  }
+
+  int64_t samples_completed() const {
+    int64_t total = 0;
+    for (auto& trainer : *trainers_) total += trainer->ledger().samples_completed;
+    return total;
   }
 
   double first_loss() const { return first_loss_.value_or(0); }
@@ -414,6 +426,7 @@ class RunRecorder {
     auto current = read_peers(*registry_, o_.stages);
     auto counts = served();
     for (const auto& [id, peer] : current) {
+      ever_known_[id] = peer;
       if (!known_.count(id)) write_peer_event("peer_joined", id, peer.stage);
       metrics_->write({{"kind", "peer"}, {"peer", id}, {"stage", peer.stage}, {"forward", counts[id].forward},
                        {"backward", counts[id].backward}, {"failures", counts[id].failures},
@@ -423,6 +436,50 @@ class RunRecorder {
       if (!current.count(id)) write_peer_event("peer_lost", id, peer.stage);
     }
     known_ = std::move(current);
+  }
+
+  // Every peer ever seen is asked for its ledger (a killed one cannot answer); each
+  // stage's sum should hold every completed sample exactly once. Asked once the
+  // trainers are done: a late backward of theirs is past its deadline by then and
+  // can no longer be accumulated.
+  void write_sample_ledgers() {
+    std::vector<std::tuple<std::string, int, std::string>> peers;
+    for (const auto& [id, peer] : ever_known_) peers.emplace_back(id, peer.stage, peer.address);
+    std::vector<protocol::SampleLedger> stages(o_.stages);
+    std::vector<int> answered(o_.stages, 0);
+    std::vector<int> silent(o_.stages, 0);
+    for (const PeerInfoReport& report : trainers_->front()->peer_infos(peers, 5.0)) {
+      if (report.stage < 0 || report.stage >= o_.stages) continue;
+      nlohmann::json record = {{"kind", "peer_samples"}, {"peer", report.peer}, {"stage", report.stage}};
+      if (!report.info.is_ok() || !report.info->samples) {
+        ++silent[report.stage];
+        record["error"] = report.info.is_ok() ? "no sample ledger in its info" : report.info.status().to_string();
+        metrics_->write(std::move(record));
+        continue;
+      }
+      ++answered[report.stage];
+      record["refusals"] = report.info->refusals;
+      for (const auto& [name, field] : protocol::kSampleLedgerFields) {
+        record[std::string(name)] = (*report.info->samples).*field;
+        stages[report.stage].*field += (*report.info->samples).*field;
+      }
+      metrics_->write(std::move(record));
+    }
+    const int64_t completed = samples_completed();
+    for (int s = 0; s < o_.stages; ++s) {
+      nlohmann::json record = {{"kind", "stage_samples"},       {"stage", s},
+                               {"peers_answered", answered[s]}, {"peers_silent", silent[s]},
+                               {"samples_completed", completed}};
+      for (const auto& [name, field] : protocol::kSampleLedgerFields) record[std::string(name)] = stages[s].*field;
+      metrics_->write(std::move(record));
+      const auto& l = stages[s];
+      print_(fmt::format("stage {}: {} samples accumulated of {} completed ({} peers, {} silent); lost: {} re-sync, {} "
+                         "non-finite, {} failed rounds; refused: {} duplicates, {} expired",
+                         s, l.samples_accumulated_total, completed, answered[s], silent[s], l.samples_lost_resync,
+                         l.samples_lost_nonfinite, l.samples_lost_failed_round, l.backward_duplicates_refused,
+                         l.expired_dropped),
+             false);
+    }
   }
 
   void write_peer_event(const char* event, const std::string& id, int stage) {
@@ -450,6 +507,7 @@ class RunRecorder {
   MetricsWriter* metrics_;
   const LineSink& print_;
   std::map<std::string, PeerAnnouncementRecord> known_;
+  std::map<std::string, PeerAnnouncementRecord> ever_known_;  // lost ones too, for their ledgers
   ReplicaHashLog replicas_;
   Clock::time_point last_peer_poll_ = Clock::now() - std::chrono::seconds(10);
   Clock::time_point last_replica_poll_ = Clock::now() - std::chrono::seconds(10);
@@ -584,17 +642,38 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
 
 // The registry node: an embedded bootstrap node beside it for swarm local, or
 // the given one for swarm trainer.
-Result<DhtRegistry> join_registry(const LocalSwarmOptions& o, std::optional<DhtRegistry>* bootstrap_node,
-                                  const LineSink& print) {
+Result<DhtRegistry> join_registry(const LocalSwarmOptions& o, const SwarmAccess& access,
+                                  std::optional<DhtRegistry>* bootstrap_node, const LineSink& print) {
   std::string bootstrap = o.bootstrap;
   if (bootstrap.empty()) {
-    SWARM_ASSIGN_OR_RETURN(DhtRegistry node, DhtRegistry::start(0, {}));
+    SWARM_ASSIGN_OR_RETURN(DhtRegistry node, DhtRegistry::start(0, {}, access.registry_options()));
     bootstrap_node->emplace(std::move(node));
-    bootstrap = fmt::format("127.0.0.1:{}", (*bootstrap_node)->port());
+    bootstrap = fmt::format("{}:{}", access.host(), (*bootstrap_node)->port());
   }
-  SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, DhtRegistry::start(0, {bootstrap}));
-  print(fmt::format("registry: OpenDHT via {}", bootstrap), false);
+  SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, DhtRegistry::start(0, {bootstrap}, access.registry_options()));
+  print(fmt::format("registry: OpenDHT via {}{}", bootstrap, access.secured() ? ", sealed records, CURVE" : ""),
+        false);
   return registry;
+}
+
+// A trainer that cannot read the swarm's records should say why at once rather
+// than wait out the start-up deadline: wrong secret, or none for a secured swarm.
+Status check_records_readable(DhtRegistry& registry, const SwarmAccess& access, int stages) {
+  for (int s = 0; s < stages; ++s) {
+    auto records = registry.get(stage_registry_key(s));
+    if (!records.is_ok()) continue;
+    for (const auto& record : *records) {
+      if (PeerAnnouncementRecord::from_json(record.value).is_ok()) return Status::ok();
+      if (!access.secured() && record.value.find("\"signature\"") != std::string::npos) {
+        return permission_denied("the swarm's records are sealed: pass its --secret (or set SWARM_SECRET)");
+      }
+    }
+  }
+  if (access.secured() && registry.refused_seals() > 0) {
+    return permission_denied("every record of the swarm failed verification ({} refused): is --secret the swarm's?",
+                             registry.refused_seals());
+  }
+  return Status::ok();
 }
 
 Status spawn_peers(const LocalSwarmOptions& o, PeerFleet& fleet, const LineSink& print) {
@@ -614,6 +693,7 @@ Status spawn_peers(const LocalSwarmOptions& o, PeerFleet& fleet, const LineSink&
 // Until every stage is served and, before the first global step, stage-mates
 // see each other's progress. Returns the peers announced by then.
 Result<std::map<std::string, PeerAnnouncementRecord>> wait_until_served(DhtRegistry& registry,
+                                                                        const SwarmAccess& access,
                                                                         const LocalSwarmOptions& o, PeerFleet* fleet) {
   const int want = fleet ? o.peers_per_stage : 1;
   auto enough = [&](const std::vector<int>& counts) {
@@ -623,9 +703,14 @@ Result<std::map<std::string, PeerAnnouncementRecord>> wait_until_served(DhtRegis
   while (true) {
     auto known = read_peers(registry, o.stages);
     auto counts = peers_per_stage(known, o.stages);
-    auto synced = global_batch_of(o) == 0 ? counts : peers_seeing_their_stage(registry, o.stages, want);
+    // A joining trainer cannot know whether the swarm's peers average (that is
+    // their --global-batch), so it waits for announcements only.
+    auto synced = global_batch_of(o) == 0 || !fleet ? counts : peers_seeing_their_stage(registry, o.stages, want);
     if (enough(counts) && enough(synced)) return known;
     if (fleet) SWARM_RETURN_IF_ERROR(fleet->check_none_exited());
+    if (!fleet && counts == std::vector<int>(o.stages, 0)) {
+      SWARM_RETURN_IF_ERROR(check_records_readable(registry, access, o.stages));
+    }
     if (Clock::now() > deadline) {
       return unavailable("peers did not announce within 90 s (have {} per stage); see {}/peers/*.log",
                          fmt::join(counts, ","), o.run_dir);
@@ -636,8 +721,10 @@ Result<std::map<std::string, PeerAnnouncementRecord>> wait_until_served(DhtRegis
 }
 
 // Trainers share the registry node; each has its own routers and ledger.
-Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwarmOptions& o, DhtRegistry* registry) {
+Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwarmOptions& o, DhtRegistry* registry,
+                                                                 const SwarmAccess& access) {
   TrainerConfig config;
+  config.client.security = access.client_security();
   config.num_stages = o.stages;
   config.forward_timeout_seconds = o.forward_timeout_seconds;
   config.backward_timeout_seconds = o.backward_timeout_seconds;
@@ -691,6 +778,7 @@ struct SwarmRun {
   RunData& data;
   MetricsWriter& metrics;
   DhtRegistry& registry;
+  const SwarmAccess& access;
   PeerFleet* fleet;  // null when joining a swarm
   std::vector<ChaosAction> chaos;
   std::map<std::string, PeerAnnouncementRecord> known;
@@ -720,7 +808,7 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
 // Trains through the loop while chaos runs, then validates through the swarm.
 Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print) {
   const LocalSwarmOptions& o = run.o;
-  SWARM_ASSIGN_OR_RETURN(auto trainers, make_trainers(o, &run.registry));
+  SWARM_ASSIGN_OR_RETURN(auto trainers, make_trainers(o, &run.registry, run.access));
   SWARM_RETURN_IF_ERROR(trainers.front()->check_stages());
   SWARM_ASSIGN_OR_RETURN(auto samplers, make_samplers(o, &run.data.split.train, run.start_step));
   if (run.start_step > 0) {
@@ -771,20 +859,25 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   MetricsWriter metrics((fs::path(o.run_dir) / "metrics.jsonl").string(), started);
   if (!metrics.ok()) return permission_denied("cannot write {}/metrics.jsonl", o.run_dir);
 
+  SWARM_ASSIGN_OR_RETURN(SwarmAccess access, SwarmAccess::create(o.host, o.secret));
+  // Peer processes inherit the secret through the environment: argv is world-readable.
+  if (access.secured() && ::setenv("SWARM_SECRET", access.secret().c_str(), 1) != 0) {
+    return internal("cannot pass the secret to the peers");
+  }
   std::optional<DhtRegistry> bootstrap_node;
-  SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, join_registry(o, &bootstrap_node, print));
+  SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, join_registry(o, access, &bootstrap_node, print));
   std::optional<PeerFleet> fleet;
   if (spawn) {
     fleet.emplace(o, bootstrap_node->port());
     SWARM_RETURN_IF_ERROR(spawn_peers(o, *fleet, print));
   }
   PeerFleet* peers = fleet ? &*fleet : nullptr;
-  SWARM_ASSIGN_OR_RETURN(auto known, wait_until_served(registry, o, peers));
+  SWARM_ASSIGN_OR_RETURN(auto known, wait_until_served(registry, access, o, peers));
   for (const auto& [id, peer] : known) {
     metrics.write({{"kind", "event"}, {"event", "peer_joined"}, {"peer", id}, {"stage", peer.stage}});
   }
   print(fmt::format("all {} stages served after {:.1f} s; training", o.stages, metrics.seconds()), false);
-  SwarmRun run{o, start_step, data, metrics, registry, peers, std::move(chaos), std::move(known)};
+  SwarmRun run{o, start_step, data, metrics, registry, access, peers, std::move(chaos), std::move(known)};
   SWARM_ASSIGN_OR_RETURN(LocalSwarmReport report, train_and_validate(run, print));
   report.seconds = metrics.seconds();
   metrics.write({{"kind", "step"}, {"step", report.steps}, {"loss", report.last_loss},

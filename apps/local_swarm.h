@@ -65,6 +65,11 @@ struct LocalSwarmOptions {
   // `swarm trainer`: join an existing swarm through this DHT node instead of
   // starting one.
   std::string bootstrap;
+  // The address this process's DHT node binds (swarm local: loopback).
+  std::string host = "127.0.0.1";
+  // Swarm secret: CURVE for every connection and sealed registry records; the
+  // peers swarm local starts get it through their environment. Empty: plaintext.
+  std::string secret;
 };
 
 struct LocalSwarmReport {

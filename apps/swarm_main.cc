@@ -101,6 +101,18 @@ void add_model_options(CLI::App* command, swarm::gpt::GptConfig* model) {
       ->capture_default_str();
 }
 
+void add_secret_option(CLI::App* command, std::string* secret) {
+  command->add_option("--secret", *secret,
+                      "Swarm secret: CURVE on every connection, sealed registry records (default: $SWARM_SECRET; "
+                      "empty: plaintext)");
+}
+
+void add_host_option(CLI::App* command, std::string* host) {
+  command->add_option("--host", *host, "IPv4 address this role binds and announces")
+      ->check(CLI::ValidIPV4)
+      ->capture_default_str();
+}
+
 void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
   command->add_option("--run-dir", o->run_dir, "Where config.json, metrics.jsonl and peer logs go")
       ->capture_default_str();
@@ -126,6 +138,7 @@ void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
       ->capture_default_str();
   command->add_option("--time-limit", o->time_limit_seconds, "Stop training after this many seconds (0: none)")
       ->capture_default_str();
+  add_secret_option(command, &o->secret);
   add_model_options(command, &o->model);
 }
 
@@ -214,10 +227,14 @@ int main(int argc, char** argv) {
   CLI::App* trainer_cmd = app.add_subcommand("trainer", "Train through an existing swarm (found via --bootstrap)");
   add_swarm_options(trainer_cmd, &trainer_options);
   trainer_cmd->add_option("--bootstrap", trainer_options.bootstrap, "HOST:PORT of a DHT node of the swarm")->required();
+  add_host_option(trainer_cmd, &trainer_options.host);
 
   uint16_t bootstrap_port = 0;
+  std::string bootstrap_host = "127.0.0.1", bootstrap_secret;
   CLI::App* bootstrap_cmd = app.add_subcommand("bootstrap", "Run a registry (OpenDHT) node that others bootstrap from");
   bootstrap_cmd->add_option("--port", bootstrap_port, "UDP port (0: any free port)")->capture_default_str();
+  add_host_option(bootstrap_cmd, &bootstrap_host);
+  add_secret_option(bootstrap_cmd, &bootstrap_secret);
 
   swarm::apps::PeerRoleOptions peer;
   CLI::App* peer_cmd = app.add_subcommand("peer", "Serve one stage of a GPT to the swarm");
@@ -225,7 +242,8 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--stages", peer.num_stages, "Stages in the pipeline")->capture_default_str();
   peer_cmd->add_option("--peer-id", peer.peer_id, "Name in the registry (default: stageN-PID)");
   peer_cmd->add_option("--bootstrap", peer.bootstrap, "HOST:PORT of a DHT node")->required();
-  peer_cmd->add_option("--bind", peer.bind, "ZeroMQ endpoint to serve on")->capture_default_str();
+  add_host_option(peer_cmd, &peer.host);
+  peer_cmd->add_option("--bind", peer.bind, "ZeroMQ endpoint to serve on (default: tcp://HOST:*)");
   peer_cmd->add_option("--vocab", peer.model.vocab_size, "Vocabulary size")->capture_default_str();
   add_model_options(peer_cmd, &peer.model);
   peer_cmd->add_option("--seed", peer.seed, "Seed of the initial weights (same for a stage's peers)")
@@ -245,7 +263,7 @@ int main(int argc, char** argv) {
                        "Extra seconds per sample of work (emulated compute)")
       ->capture_default_str();
   peer_cmd->add_option("--threads", peer.threads, "CPU threads")->capture_default_str();
-  peer_cmd->add_option("--secret", peer.secret, "Swarm-wide secret for CURVE encryption (empty: plaintext)");
+  add_secret_option(peer_cmd, &peer.secret);
   peer_cmd->add_option("--global-batch", peer.global_batch_samples,
                        "Samples per global step of the stage: peers average gradients and take one LAMB step "
                        "together (0: solo mode, a local AdamW step every --step-every samples)")
@@ -270,7 +288,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (*local_cmd) return run_swarm(local, "local");
   if (*trainer_cmd) return run_swarm(trainer_options, "trainer");
-  if (*bootstrap_cmd) return swarm::apps::run_bootstrap(bootstrap_port);
+  if (*bootstrap_cmd) return swarm::apps::run_bootstrap(bootstrap_host, bootstrap_port, bootstrap_secret);
   if (*peer_cmd) return swarm::apps::run_peer(peer);
   if (*train_cmd) return run_train(train);
   if (*generate_cmd) return run_generate(checkpoint, prompt, length, temperature, seed);

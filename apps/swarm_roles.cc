@@ -8,13 +8,13 @@
 
 #include <fmt/core.h>
 
+#include "apps/swarm_access.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_stage.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/core/log.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/dht_registry.h"
-#include "transports/zmq/curve_keys.h"
 #include "transports/zmq/zmq_transport.h"
 
 namespace swarm::apps {
@@ -44,14 +44,19 @@ bool wait_for_stop(double seconds) {
   return g_stop;
 }
 
-int run_bootstrap(uint16_t port) {
+int run_bootstrap(const std::string& host, uint16_t port, const std::string& secret) {
   install_stop_signals();
-  auto node = DhtRegistry::start(port, {});
+  auto access = SwarmAccess::create(host, secret);
+  if (!access.is_ok()) {
+    fmt::print(stderr, "swarm bootstrap: {}\n", access.status().to_string());
+    return 1;
+  }
+  auto node = DhtRegistry::start(port, {}, access->registry_options());
   if (!node.is_ok()) {
     fmt::print(stderr, "swarm bootstrap: {}\n", node.status().to_string());
     return 1;
   }
-  fmt::print("bootstrap node listening on 127.0.0.1:{}\n", node->port());
+  fmt::print("bootstrap node listening on {}:{}{}\n", host, node->port(), access->secured() ? " (sealed records)" : "");
   std::fflush(stdout);
   while (!wait_for_stop(3600)) {
   }
@@ -75,17 +80,31 @@ int run_peer(const PeerRoleOptions& options) {
     fmt::print(stderr, "swarm peer: {}\n", stage.status().to_string());
     return 1;
   }
+  auto access = SwarmAccess::create(options.host, options.secret);
+  if (!access.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", access.status().to_string());
+    return 1;
+  }
+  auto peer_id = access->peer_id(options.peer_id.empty() ? fmt::format("stage{}-{}", options.stage, ::getpid())
+                                                         : options.peer_id);
+  if (!peer_id.is_ok()) {
+    fmt::print(stderr, "swarm peer: --peer-id: {}\n", peer_id.status().to_string());
+    return 1;
+  }
   std::vector<std::string> bootstrap;
   if (!options.bootstrap.empty()) bootstrap.push_back(options.bootstrap);
-  auto registry = DhtRegistry::start(0, bootstrap);
+  auto registry = DhtRegistry::start(0, bootstrap, access->registry_options());
   if (!registry.is_ok()) {
     fmt::print(stderr, "swarm peer: registry: {}\n", registry.status().to_string());
     return 1;
   }
   PeerConfig config;
   config.stage_index = options.stage;
-  config.peer_id = options.peer_id.empty() ? fmt::format("stage{}-{}", options.stage, ::getpid()) : options.peer_id;
-  config.bind_address = options.bind;
+  config.peer_id = *peer_id;
+  config.bind_address = options.bind.empty() ? fmt::format("tcp://{}:*", options.host) : options.bind;
+  config.server.security = access->server_security();
+  config.client.security = access->client_security();
+  config.speaks_for = access->speaks_for();
   config.learning_rate = options.learning_rate;
   config.warmup_steps = options.warmup_steps;
   config.step_every_samples = options.step_every_samples;
@@ -113,22 +132,14 @@ int run_peer(const PeerRoleOptions& options) {
   config.test_die_after_allreduce_sends = options.test_die_in_allreduce_after;
   config.test_die_after_state_chunks = options.test_die_after_state_chunks;
   config.test_die_by_signal = true;
-  if (!options.secret.empty()) {
-    auto security = zmq_transport::shared_secret_security(options.secret);
-    if (!security.is_ok()) {
-      fmt::print(stderr, "swarm peer: {}\n", security.status().to_string());
-      return 1;
-    }
-    config.server.security = *security;
-  }
   Peer<gpt::GptStage<CpuBackend>, ZmqTransport, DhtRegistry, compression::StandardCodecs> peer(config, std::move(stage).value(), &*registry);
   Status started = peer.start();
   if (!started.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", started.to_string());
     return 1;
   }
-  fmt::print("peer {} serving stage {} of {} at {}\n", config.peer_id, options.stage, options.num_stages,
-             peer.address());
+  fmt::print("peer {} serving stage {} of {} at {}{}\n", config.peer_id, options.stage, options.num_stages,
+             peer.address(), access->secured() ? " (CURVE)" : "");
   std::fflush(stdout);
   while (!wait_for_stop(5)) {
     PeerStats stats = peer.stats();

@@ -18,7 +18,9 @@ bool stop_requested();
 // Waits until a stop signal arrives or `seconds` pass; true if a signal arrived.
 bool wait_for_stop(double seconds);
 
-int run_bootstrap(uint16_t port);
+// A DHT node on HOST:PORT (PORT 0: any free port); with a secret it stores and
+// serves only records sealed by members.
+int run_bootstrap(const std::string& host, uint16_t port, const std::string& secret);
 
 struct PeerRoleOptions {
   gpt::GptConfig model;
@@ -26,7 +28,8 @@ struct PeerRoleOptions {
   int num_stages = 2;
   std::string peer_id;
   std::string bootstrap;  // host:port of a DHT node
-  std::string bind = "tcp://127.0.0.1:*";
+  std::string host = "127.0.0.1";  // the DHT node and the servers bind it; others dial it
+  std::string bind;                 // ZeroMQ endpoint; empty: tcp://HOST:* (any free port)
   uint64_t seed = 1;
   float learning_rate = 1e-3f;  // the SWARM paper's peak LAMB lr
   int warmup_steps = 20;
@@ -38,7 +41,7 @@ struct PeerRoleOptions {
   double announce_period_seconds = 1.0;
   double announce_ttl_seconds = 4.0;
   int threads = 1;
-  std::string secret;  // CURVE shared secret; empty = plaintext (loopback only)
+  std::string secret;  // swarm secret (else SWARM_SECRET); empty = plaintext
   // Stage synchronization (0: solo mode, a local step every step_every_samples).
   int64_t global_batch_samples = 0;
   int64_t total_steps = 0;            // lr decay horizon; 0: constant after warm-up

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,27 @@ struct Record {
   double expires_at = 0.0;  // seconds on the registry's clock, see now()
 
   friend bool operator==(const Record&, const Record&) = default;
+};
+
+// What a registry that keeps records on other machines stores for one
+// announcement. `scope` names the key as the storing machines see it (for
+// OpenDHT, the key's hash), so they can check a seal without knowing the key.
+struct StoredRecord {
+  std::string scope;
+  std::string subkey;
+  uint64_t seq = 0;         // the announcer's ordering of its announcements
+  double expires_at = 0.0;
+  std::string value;
+};
+
+// Seals for secured swarms: seal turns a record into the bytes stored for its
+// value; open checks stored bytes and gives the announced value back, or an
+// error saying why they are refused (unsigned, forged, not a member). Both cover
+// every field, the ordering ones included, so none can be changed in transit.
+struct RecordSealer {
+  std::function<Result<std::string>(const StoredRecord&)> seal;
+  std::function<Result<std::string>(const StoredRecord&)> open;
+  explicit operator bool() const { return seal && open; }
 };
 
 // announce replaces the record of the same key and subkey; get returns only

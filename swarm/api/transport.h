@@ -76,14 +76,30 @@ struct SecurityOptions {
   std::vector<std::string> allowed_client_keys;   // server side: empty admits any key holder
 };
 
+// The same default as wire::Limits::max_message_bytes, so a server never
+// refuses what the wire layer would have accepted.
+inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{256} << 20;
+
 struct ServerOptions {
   // Handlers may run concurrently on this many threads; at least 1.
   int worker_threads = 1;
   SecurityOptions security;
+  // A request larger than this (all frames together) never reaches the
+  // handler. Above 0. ZeroMQ also enforces it per frame at the socket, where
+  // it drops the sender's connection before the frame is buffered.
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
+  // Requests waiting for a worker; beyond this they are answered at once with
+  // resource_exhausted ("busy"), so a flood costs a reply, not memory. At least 1.
+  int max_queued_requests = 1024;
 };
 
 struct ClientOptions {
   SecurityOptions security;
+  // A reply larger than this (all frames together) fails its call instead of
+  // being delivered. Above 0. ZeroMQ checks each frame at the socket: one over
+  // it is a protocol error, after which libzmq closes the connection and does
+  // not reconnect, so that client's calls time out until it is replaced.
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 // Runs on a server worker thread. Failures travel back as an error message

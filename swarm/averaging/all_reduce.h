@@ -21,8 +21,13 @@
 // keeps decode(encode(mean)) of its part: exactly what the others decode from the
 // bytes it sends, so the lossy codecs keep the replicas bit-identical too.
 //
-//   swarm::AllReduceInbox inbox;                 // the peer's server delivers parts here:
-//   //   inbox.deliver<Codecs>(message, config.codec)
+// An owner averages only what the members themselves sent: the inbox holds parts by
+// sender (checked against the authenticated connection by the application's
+// speaks_for), the owner reads each index's part under that member's id, and a
+// contribution weighing more than the samples its member published is left out.
+//
+//   swarm::AllReduceInbox inbox(options);        // the peer's server delivers parts here:
+//   //   inbox.deliver<Codecs>(message, config.codec, authenticated_sender)
 //   SWARM_ASSIGN_OR_RETURN(swarm::AllReduceResult r,
 //       swarm::butterfly_all_reduce<Codecs>(clients, inbox, round, local_mean, config));
 #pragma once
@@ -34,6 +39,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -47,6 +53,7 @@
 #include "swarm/api/codec.h"
 #include "swarm/averaging/averaging_messages.h"
 #include "swarm/protocol/client_cache.h"
+#include "swarm/core/ids.h"
 #include "swarm/core/status.h"
 #include "swarm/api/transport.h"
 
@@ -59,6 +66,10 @@ struct AllReduceMember {
   // Part of the group digest: a round a peer re-runs for the same step, or one a
   // stalled peer resumes, never takes parts from another run of that step.
   uint64_t round_nonce = 0;
+  // The most samples its contribution may weigh: the count it published when it
+  // joined. A member that claims more in its parts is left out of the mean, so no
+  // one can outweigh the stage by writing a large number into a message.
+  double max_weight = std::numeric_limits<double>::infinity();
   friend bool operator==(const AllReduceMember&, const AllReduceMember&) = default;
 };
 
@@ -70,6 +81,9 @@ struct AllReduceConfig {
   // How the parts travel, both phases. Every member of a round must use the same
   // one: an inbox refuses parts in another codec.
   CodecId codec = CodecId::none;
+  // A larger group is refused: the inbox's bounds (part indices, how much mail it
+  // holds) are sized for at most this many members.
+  int max_members = 256;
 
   Status validate() const;
 };
@@ -120,18 +134,74 @@ struct AllReduceHooks {
   std::function<Status(int64_t parts_sent)> after_send;
 };
 
+// Whether the transport's authenticated `identity` may send as `peer_id` (with CURVE
+// the identity names the client's key). Supplied by the application, which knows
+// how ids are bound to keys; unset, everyone passes: plaintext swarms cannot tell.
+using SpeaksFor = std::function<bool(const std::string& peer_id, const PeerIdentity& identity)>;
+
+// How much an inbox takes. The defaults fit any test; a peer sizes them from its
+// gradient and config with inbox_limits().
+struct InboxLimits {
+  int64_t max_parts = 1 << 16;               // held at once, all steps together
+  int64_t max_values = int64_t{1} << 28;     // decoded floats held at once
+  int64_t max_chunk_elements = 1 << 18;      // in one part
+  int max_members = 256;                     // part and member indices are below this
+  double max_weight = std::numeric_limits<double>::infinity();  // samples one part may weigh
+};
+
+// Sized for what honest rounds over a gradient of `gradient_values` floats leave in
+// one member's inbox. Per step and attempt a member receives at most n-1
+// contributions to its part and every other part once: under two gradients of
+// values, in under 2 x (chunks + members) messages. Two steps are held, and a
+// re-run of a round may arrive beside the late parts of the run before it: room
+// for two of those per step. max_weight: the global batch, in samples.
+InboxLimits inbox_limits(int64_t gradient_values, const AllReduceConfig& config, double max_weight);
+
+// What an inbox refused or left out so far, by reason (a snapshot; any thread may take one).
+struct InboxCounters {
+  int64_t malformed = 0;   // bad fields, codec, size or non-finite values
+  int64_t bad_weight = 0;  // non-finite, negative, or above the global batch
+  int64_t impostor = 0;    // the authenticated identity does not speak for the sender
+  int64_t not_member = 0;  // the sender is not a known stage-mate
+  int64_t stale = 0;       // for a step this peer has finished
+  int64_t far_future = 0;  // beyond the step after this peer's current one
+  int64_t duplicate = 0;   // that sender's part under that key is held already: the first one stays
+  int64_t full = 0;        // the inbox holds all it may
+  // Left out by the round that took them, not refused on arrival:
+  int64_t wrong_sender = 0;    // under a member's key, sent as someone else
+  int64_t over_published = 0;  // weighing more than the member published
+  int64_t refused() const {
+    return malformed + bad_weight + impostor + not_member + stale + far_future + duplicate + full;
+  }
+  int64_t ignored() const { return wrong_sender + over_published; }
+};
+
 // Where a peer's server puts the parts it receives, until its own round reads them.
+// Bounded: it keeps parts for this peer's current step and the next one only, one
+// per key and sender, and no more than its limits; hostile mail gets an error reply
+// and a counter, and never grows it past them.
 class AllReduceInbox {
  public:
   struct Part {
     int64_t step = 0;
     double weight = 0;
     uint64_t params_hash = 0;
-    std::string sender;
+    std::string sender;         // checked by speaks_for when the inbox has one
     std::vector<float> values;  // decoded: always finite
   };
   // phase 0: a contribution to part `part` from member `from`; phase 1: the averaged part from its owner.
   using Key = std::tuple<uint64_t /*digest*/, int /*phase*/, int /*part*/, int /*chunk*/, int /*from*/>;
+  // Parts are held by key and sender, and read back with the sender the round
+  // expects at that index: a part that names someone else cannot take the place
+  // of the member's own, whichever arrives first.
+
+  struct Options {
+    InboxLimits limits;
+    SpeaksFor speaks_for;
+    // Whether `peer_id` is a stage-mate this peer knows (the round's members are
+    // among them); unset, every sender is. Called on the server's threads.
+    std::function<bool(const std::string& peer_id)> is_member;
+  };
 
   // A CodecTable's members, type-erased, so the inbox itself is no template.
   struct Decoder {
@@ -140,25 +210,35 @@ class AllReduceInbox {
     Status (*decode)(CodecId, std::span<const std::byte>, std::span<float>) = nullptr;
   };
 
-  // From the server handler: validates, decodes with the codec named in the
-  // part's tensor header, and stores the values. Refused with invalid_argument: a
-  // malformed part, a codec other than `codec` (the round's), a payload whose size
-  // is not that codec's for the element count, a value or scale that is not
-  // finite. Parts of rounds at or before a step this peer has finished are refused
-  // (failed_precondition), so stale mail cannot pile up. Every refusal is counted.
+  AllReduceInbox() = default;
+  explicit AllReduceInbox(Options options) : options_(std::move(options)) {}
+
+  // From the server handler, with the identity the transport authenticated:
+  // validates, decodes with the codec named in the part's tensor header, and stores
+  // the values. Refused, each reason counted: invalid_argument for a malformed part
+  // (fields, indices, a codec other than the round's, a payload whose size is not
+  // that codec's for the element count, a value that is not finite) or a bad
+  // weight; permission_denied for a sender the identity does not speak for, or one
+  // that is no known stage-mate; failed_precondition for a step this peer has
+  // finished; out_of_range for a step past the next one; already_exists for a
+  // key held already (the first part stays); resource_exhausted when full.
   template <CodecTable Codecs>
-  Status deliver(const wire::DecodedMessage& message, CodecId codec) {
-    return deliver(message, Decoder{codec,
-                                    [](CodecId id, uint64_t n) { return Codecs::encoded_bytes(id, n); },
-                                    [](CodecId id, std::span<const std::byte> encoded, std::span<float> values) {
-                                      return Codecs::decode(id, encoded, values);
-                                    }});
+  Status deliver(const wire::DecodedMessage& message, CodecId codec, const PeerIdentity& from) {
+    return deliver(message,
+                   Decoder{codec, [](CodecId id, uint64_t n) { return Codecs::encoded_bytes(id, n); },
+                           [](CodecId id, std::span<const std::byte> encoded, std::span<float> values) {
+                             return Codecs::decode(id, encoded, values);
+                           }},
+                   from);
   }
-  Status deliver(const wire::DecodedMessage& message, const Decoder& decoder);
+  Status deliver(const wire::DecodedMessage& message, const Decoder& decoder, const PeerIdentity& from);
   // A round in codec none (raw f32), which needs no codec table.
-  Status deliver(const wire::DecodedMessage& message);
+  Status deliver(const wire::DecodedMessage& message, const PeerIdentity& from);
   // Parts deliver refused so far, for any reason.
-  int64_t refused() const { return refused_.load(); }
+  int64_t refused() const { return counters().refused(); }
+  InboxCounters counters() const;
+  // A round left a part it took out of its mean.
+  void count_over_published() { ++over_published_; }
 
   // Waits until `done()` (called under the lock) or the deadline.
   template <typename Predicate>
@@ -167,22 +247,40 @@ class AllReduceInbox {
     return cv_.wait_until(lock, deadline, [&] { return done(); });
   }
   // Under the lock held by wait_until's predicate, or with none held.
-  const Part* find_locked(const Key& key) const {
-    auto it = mail_.find(key);
+  const Part* find_locked(const Key& key, const std::string& sender) const {
+    auto it = mail_.find({key, sender});
     return it == mail_.end() ? nullptr : &it->second;
   }
-  std::optional<Part> take(const Key& key);
+  // The part `sender` sent under `key`. Parts under that key from anyone else are
+  // dropped with it and counted (wrong_sender): the round has no use for them.
+  std::optional<Part> take(const Key& key, const std::string& sender);
 
-  // Drops everything for steps <= step.
+  // Drops everything for steps <= step; from then on it takes parts for steps
+  // step + 1 (the one this peer is in) and step + 2 (stage-mates a step ahead).
   void finish_step(int64_t step);
   size_t size() const;
+  int64_t values_held() const;
 
  private:
+  struct Parsed;
+  Result<Parsed> parse(const wire::DecodedMessage& message, const Decoder& decoder) const;
+  Status check_claims(const Parsed& parsed, const PeerIdentity& from);  // weight and sender
+  Status reserve(const Parsed& parsed);
+  void release(const Parsed& parsed);  // under mu_
+  Status step_window(int64_t step);    // under mu_
+  Status store(Parsed parsed, const Decoder& decoder);
+
+  const Options options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<Key, Part> mail_;
+  using Slot = std::pair<Key, std::string /*sender*/>;
+  std::map<Slot, Part> mail_;
+  std::set<Slot> reserved_;    // admitted, being decoded
+  int64_t parts_held_ = 0;     // mail_ and reserved_
+  int64_t values_held_ = 0;    // in mail_ and reserved_
   int64_t finished_step_ = -1;
-  std::atomic<int64_t> refused_{0};
+  std::atomic<int64_t> malformed_{0}, bad_weight_{0}, impostor_{0}, not_member_{0}, stale_{0}, far_future_{0},
+      duplicate_{0}, full_{0}, wrong_sender_{0}, over_published_{0};
 };
 
 namespace all_reduce_detail {
@@ -218,6 +316,16 @@ Status decode_frame(CodecId codec, const wire::Frame& encoded, std::span<float> 
 std::vector<float> weighted_mean(const std::vector<const std::vector<float>*>& values,
                                  const std::vector<double>& weights, int64_t size);
 
+// Whether the receiver holds the part now. A duplicate refusal counts: an attempt
+// of the same group re-sends the same bytes, and a late copy of the earlier
+// attempt's may be there already.
+bool delivered(const Result<ReceivedMessage>& reply);
+
+// Whether an owner may average `member`'s part: of the chunk's size, weighing no
+// more than the member published (counted in the inbox when it weighs more).
+bool usable_contribution(const AllReduceInbox::Part& part, const AllReduceMember& member, int64_t size,
+                         AllReduceInbox& inbox);
+
 }  // namespace all_reduce_detail
 
 // Codecs: the CodecTable that encodes and decodes config.codec (which it must
@@ -243,6 +351,10 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
   members.erase(std::unique(members.begin(), members.end(),
                             [](const auto& a, const auto& b) { return a.peer_id == b.peer_id; }),
                 members.end());
+  if (members.size() > static_cast<size_t>(config.max_members)) {
+    return invalid_argument("all-reduce of step {}: {} members, more than the {} an inbox is sized for", round.step,
+                            members.size(), config.max_members);
+  }
   const size_t starting_size = members.size();
   AllReduceResult result;
   uint64_t request_id = 1;
@@ -318,7 +430,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
         }
       }
       for (auto& p : pending) {
-        if (!decode_result_reply(p.call.get()).is_ok()) failed.insert(p.to);
+        if (!delivered(decode_result_reply(p.call.get()))) failed.insert(p.to);
       }
       return Status::ok();
     };
@@ -344,7 +456,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
         for (int i = 0; i < n; ++i) {
           if (i == me || failed.count(i)) continue;
           for (size_t c = 0; c < mine.size(); ++c) {
-            if (inbox.find_locked({digest, 0, me, static_cast<int>(c), i}) == nullptr) return false;
+            if (inbox.find_locked({digest, 0, me, static_cast<int>(c), i}, members[i].peer_id) == nullptr) return false;
           }
         }
         return true;
@@ -369,8 +481,8 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
             weights[i] = round.weight;
             continue;
           }
-          got[i] = inbox.take({digest, 0, me, static_cast<int>(c), i});
-          if (!got[i] || static_cast<int64_t>(got[i]->values.size()) != mine[c].size()) continue;
+          got[i] = inbox.take({digest, 0, me, static_cast<int>(c), i}, members[i].peer_id);
+          if (!got[i] || !usable_contribution(*got[i], members[i], mine[c].size(), inbox)) continue;
           values[i] = &got[i]->values;
           weights[i] = got[i]->weight;
           contributor_hashes[members[i].peer_id] = got[i]->params_hash;
@@ -395,7 +507,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
       for (int j = 0; j < n; ++j) {
         if (j == me || failed.count(j)) continue;  // an owner we could not reach sends nothing
         for (size_t c = 0; c < chunks[j].size(); ++c) {
-          if (inbox.find_locked({digest, 1, j, static_cast<int>(c), j}) == nullptr) return false;
+          if (inbox.find_locked({digest, 1, j, static_cast<int>(c), j}, members[j].peer_id) == nullptr) return false;
         }
       }
       return true;
@@ -406,7 +518,7 @@ Result<AllReduceResult> butterfly_all_reduce(ClientCache<T>& clients, AllReduceI
     for (int j = 0; j < n; ++j) {
       if (j == me) continue;
       for (size_t c = 0; c < chunks[j].size(); ++c) {
-        auto part = inbox.take({digest, 1, j, static_cast<int>(c), j});
+        auto part = inbox.take({digest, 1, j, static_cast<int>(c), j}, members[j].peer_id);
         if (!part || static_cast<int64_t>(part->values.size()) != chunks[j][c].size()) {
           complete = false;
           failed.insert(j);

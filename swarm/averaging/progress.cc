@@ -25,32 +25,99 @@ std::string ProgressRecord::to_json() const {
 }
 
 
+namespace {
+
+// Type-checked fields: nlohmann's value() turns 1.5 into 1 and 2^64-1 into -1 silently.
+// Absent optional fields keep their default; present ones must have the right type.
+Status read_integer(const nlohmann::json& j, const char* key, bool required, int64_t* out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return required ? invalid_argument("progress record lacks '{}'", key) : Status::ok();
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
+    return invalid_argument("progress record: '{}' must be a 64-bit integer", key);
+  }
+  *out = it->get<int64_t>();
+  return Status::ok();
+}
+
+Status read_number(const nlohmann::json& j, const char* key, bool required, double* out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return required ? invalid_argument("progress record lacks '{}'", key) : Status::ok();
+  if (!it->is_number()) return invalid_argument("progress record: '{}' must be a number", key);
+  *out = it->get<double>();
+  if (!std::isfinite(*out)) return invalid_argument("progress record: '{}' is not finite", key);
+  return Status::ok();
+}
+
+Status read_text(const nlohmann::json& j, const char* key, bool required, std::string* out) {
+  const auto it = j.find(key);
+  if (it == j.end()) return required ? invalid_argument("progress record lacks '{}'", key) : Status::ok();
+  if (!it->is_string()) return invalid_argument("progress record: '{}' must be text", key);
+  *out = it->get<std::string>();
+  return Status::ok();
+}
+
+Status read_hash(const nlohmann::json& j, const char* key, uint64_t* out) {
+  std::string text = "0";
+  SWARM_RETURN_IF_ERROR(read_text(j, key, false, &text));
+  SWARM_ASSIGN_OR_RETURN(*out, parse_hex64(text));
+  return Status::ok();
+}
+
+Status read_recent_hashes(const nlohmann::json& j, ProgressRecord* r) {
+  const auto it = j.find("hashes");
+  if (it == j.end()) return Status::ok();
+  if (!it->is_array() || it->size() > ProgressRecord::kMaxRecentHashes) {
+    return invalid_argument("progress record: 'hashes' must be an array of at most {} pairs",
+                            ProgressRecord::kMaxRecentHashes);
+  }
+  for (const auto& entry : *it) {
+    if (!entry.is_array() || entry.size() != 2 || !entry[0].is_number_integer() || !entry[1].is_string() ||
+        (entry[0].is_number_unsigned() && entry[0].get<uint64_t>() > uint64_t{INT64_MAX}) || entry[0].get<int64_t>() < 0) {
+      return invalid_argument("progress record: each of 'hashes' must be [step, hex hash]");
+    }
+    SWARM_ASSIGN_OR_RETURN(uint64_t h, parse_hex64(entry[1].get<std::string>()));
+    r->recent_hashes.emplace_back(entry[0].get<int64_t>(), h);
+  }
+  return Status::ok();
+}
+
+Status read_fields(const nlohmann::json& j, ProgressRecord* r) {
+  int64_t stage = 0, mates = 0;
+  SWARM_RETURN_IF_ERROR(read_text(j, "peer", true, &r->peer_id));
+  SWARM_RETURN_IF_ERROR(read_text(j, "address", false, &r->address));
+  SWARM_RETURN_IF_ERROR(read_integer(j, "stage", false, &stage));
+  SWARM_RETURN_IF_ERROR(read_integer(j, "step", true, &r->step));
+  SWARM_RETURN_IF_ERROR(read_integer(j, "samples", false, &r->samples));
+  SWARM_RETURN_IF_ERROR(read_number(j, "samples_per_s", false, &r->samples_per_second));
+  SWARM_RETURN_IF_ERROR(read_number(j, "time", true, &r->published_at));
+  SWARM_RETURN_IF_ERROR(read_integer(j, "mates", false, &mates));
+  SWARM_RETURN_IF_ERROR(read_integer(j, "allreduce_bytes", false, &r->allreduce_bytes));
+  SWARM_RETURN_IF_ERROR(read_integer(j, "allreduce_values", false, &r->allreduce_values));
+  SWARM_RETURN_IF_ERROR(read_hash(j, "nonce", &r->round_nonce));
+  SWARM_RETURN_IF_ERROR(read_hash(j, "hash", &r->params_hash));
+  if (const auto it = j.find("averaging"); it != j.end()) {
+    if (!it->is_boolean()) return invalid_argument("progress record: 'averaging' must be true or false");
+    r->averaging = it->get<bool>();
+  }
+  if (stage < 0 || stage > INT32_MAX || mates < 0 || mates > INT32_MAX) {
+    return invalid_argument("progress record: stage or mates out of range");
+  }
+  r->stage = static_cast<int>(stage);
+  r->stage_mates_seen = static_cast<int>(mates);
+  return read_recent_hashes(j, r);
+}
+
+}  // namespace
+
 Result<ProgressRecord> ProgressRecord::from_json(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return invalid_argument("progress record is not a JSON object");
   try {
     ProgressRecord r;
-    r.peer_id = j.at("peer").get<std::string>();
-    r.address = j.value("address", "");
-    r.stage = j.value("stage", 0);
-    r.step = j.at("step").get<int64_t>();
-    r.samples = j.value("samples", int64_t{0});
-    r.samples_per_second = j.value("samples_per_s", 0.0);
-    r.published_at = j.at("time").get<double>();
-    r.averaging = j.value("averaging", false);
-    r.stage_mates_seen = j.value("mates", 0);
-    r.allreduce_bytes = j.value("allreduce_bytes", int64_t{0});
-    r.allreduce_values = j.value("allreduce_values", int64_t{0});
-    SWARM_ASSIGN_OR_RETURN(r.round_nonce, parse_hex64(j.value("nonce", "0")));
-    SWARM_ASSIGN_OR_RETURN(r.params_hash, parse_hex64(j.value("hash", "0")));
-    if (j.contains("hashes")) {
-      for (const auto& entry : j.at("hashes")) {
-        SWARM_ASSIGN_OR_RETURN(uint64_t h, parse_hex64(entry.at(1).get<std::string>()));
-        r.recent_hashes.emplace_back(entry.at(0).get<int64_t>(), h);
-      }
-    }
-    if (r.step < 0 || r.samples < 0 || r.allreduce_bytes < 0 || r.allreduce_values < 0 || !std::isfinite(r.samples_per_second) || r.samples_per_second < 0) {
-      return invalid_argument("progress record of {}: negative or non-finite counts", r.peer_id);
+    SWARM_RETURN_IF_ERROR(read_fields(j, &r));
+    if (r.step < 0 || r.samples < 0 || r.allreduce_bytes < 0 || r.allreduce_values < 0 || r.samples_per_second < 0) {
+      return invalid_argument("progress record of {}: negative counts", r.peer_id);
     }
     return r;
   } catch (const nlohmann::json::exception& e) {
@@ -115,6 +182,41 @@ GroupReadiness group_readiness(const std::vector<ProgressRecord>& records, int64
     if (r.step < step || !r.averaging) out = GroupReadiness::waiting;
   }
   return out;
+}
+
+std::optional<uint64_t> published_hash(const ProgressRecord& r, int64_t step) {
+  if (r.step == step) return r.params_hash;
+  for (auto it = r.recent_hashes.rbegin(); it != r.recent_hashes.rend(); ++it) {
+    if (it->first == step) return it->second;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint64_t> majority_hash(const std::vector<ProgressRecord>& records, int64_t step, double now,
+                                      double stale_after_seconds) {
+  std::map<std::string, const ProgressRecord*> newest;
+  for (const ProgressRecord& r : records) {
+    if (!fresh(r, now, stale_after_seconds)) continue;
+    auto [it, inserted] = newest.emplace(r.peer_id, &r);
+    if (!inserted && r.published_at > it->second->published_at) it->second = &r;
+  }
+  std::map<uint64_t, size_t> votes;
+  for (const auto& [id, r] : newest) {
+    if (auto h = published_hash(*r, step)) ++votes[*h];
+  }
+  for (const auto& [hash, n] : votes) {
+    if (2 * n > newest.size()) return hash;
+  }
+  return std::nullopt;
+}
+
+std::vector<ProgressRecord> donors_freshest_first(std::vector<ProgressRecord> donors) {
+  std::sort(donors.begin(), donors.end(), [](const ProgressRecord& a, const ProgressRecord& b) {
+    if (a.step != b.step) return a.step > b.step;
+    if (a.published_at != b.published_at) return a.published_at > b.published_at;
+    return a.peer_id < b.peer_id;
+  });
+  return donors;
 }
 
 uint64_t consensus_hash(const std::vector<std::pair<std::string, uint64_t>>& hashes_by_peer) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,9 @@ namespace swarm {
 inline std::string progress_registry_key(int stage) { return "swarm/progress/" + std::to_string(stage); }
 
 struct ProgressRecord {
+  // A record with more recent hashes is refused: a replica keeps 16.
+  static constexpr size_t kMaxRecentHashes = 64;
+
   std::string peer_id;
   std::string address;  // where its averaging and state requests go
   int stage = 0;
@@ -38,7 +42,7 @@ struct ProgressRecord {
   int stage_mates_seen = 0; // fresh stage-mates in its own view: a joining swarm waits until all see all
   // Recent (step, params hash) pairs, newest last, so an observer that polls
   // less often than peers step still sees every step's hash.
-  std::vector<std::pair<int64_t, uint64_t>> recent_hashes;
+  std::vector<std::pair<int64_t, uint64_t>> recent_hashes;  // at most kMaxRecentHashes
   // Gradient payloads it has sent in all-reduce rounds, cumulative: encoded bytes and
   // the float values they carry (for the run's bytes per value).
   int64_t allreduce_bytes = 0;
@@ -87,6 +91,22 @@ std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& rec
 enum class GroupReadiness { complete, waiting, someone_ahead };
 GroupReadiness group_readiness(const std::vector<ProgressRecord>& records, int64_t step, double now,
                                double stale_after_seconds);
+
+// The parameters hash a strict majority of the fresh peers in `records` published
+// for `step` (their current hash, or one of their recent ones): what a downloaded
+// state of that step must hash to. Each peer votes once; peers that published no
+// hash for `step` count against every hash, so a lone donor cannot vouch for itself
+// among stage-mates that do not know its step. None without such a majority.
+std::optional<uint64_t> majority_hash(const std::vector<ProgressRecord>& records, int64_t step, double now,
+                                      double stale_after_seconds);
+
+// The hash `r` published for `step`: its current one at its step, else the newest of
+// its recent ones for that step; none if it published none.
+std::optional<uint64_t> published_hash(const ProgressRecord& r, int64_t step);
+
+// Donors in the order to try them: the highest published step first, then the most
+// recent record, then by id (so equal records give one order everywhere).
+std::vector<ProgressRecord> donors_freshest_first(std::vector<ProgressRecord> donors);
 
 // The parameter hash most replicas hold; ties go to the hash of the lowest peer id,
 // so every peer that sees the same hashes elects the same one. 0 for no hashes.

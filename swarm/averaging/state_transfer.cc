@@ -9,7 +9,10 @@ Result<wire::Frames> encode_state_request(int stage, const nlohmann::json& meta)
 wire::Frames StateDonor::handle(const wire::DecodedMessage& request, int stage, int64_t current_step,
                                 const Snapshot& snapshot) {
   auto frames = answer(request, stage, current_step, snapshot);
-  if (!frames.is_ok()) return wire::make_error_reply(request.header.request_id, stage, frames.status());
+  if (!frames.is_ok()) {
+    refused_.fetch_add(1, std::memory_order_relaxed);
+    return wire::make_error_reply(request.header.request_id, stage, frames.status());
+  }
   return std::move(frames).value();
 }
 
@@ -104,4 +107,54 @@ Result<wire::Frames> StateDonor::answer(const wire::DecodedMessage& request, int
   return invalid_argument("state request: unknown op '{}'", op);
 }
 
+Status check_finite(const Checkpoint& state) {
+  for (const NamedTensor& named : state.tensors) {
+    const Tensor& t = named.tensor;
+    if (!t.defined()) return invalid_argument("state tensor {} is undefined", named.name);
+    const DType dtype = t.dtype();
+    if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16) continue;
+    // By the exponent bits: all ones is an infinity or a NaN, in all three formats.
+    bool bad = false;
+    if (dtype == DType::f32) {
+      const auto* bits = static_cast<const uint32_t*>(t.raw_data());
+      for (int64_t i = 0; i < t.numel(); ++i) bad |= (bits[i] & 0x7f800000u) == 0x7f800000u;
+    } else {
+      const uint16_t mask = dtype == DType::f16 ? 0x7c00 : 0x7f80;
+      const auto* bits = static_cast<const uint16_t*>(t.raw_data());
+      for (int64_t i = 0; i < t.numel(); ++i) bad |= (bits[i] & mask) == mask;
+    }
+    if (bad) return invalid_argument("state tensor {} holds a value that is not finite", named.name);
+  }
+  return Status::ok();
+}
+
+namespace state_transfer_detail {
+
+void adopt_offer(Partial* partial, const StateInfo& offer, StateDownloadReport* report) {
+  const bool resumable = !partial->bytes.empty();
+  if (offer.hash != partial->hash || offer.bytes != partial->total) {
+    // Another snapshot: what we have is of no use with it.
+    if (resumable && report != nullptr) report->resumed_at = -1;
+    partial->clear();
+    partial->hash = offer.hash;
+    partial->total = offer.bytes;
+  } else if (resumable && report != nullptr) {
+    report->resumed_at = static_cast<int64_t>(partial->bytes.size());
+  }
+}
+
+Result<Checkpoint> accept_state(const Partial& partial, const StateInfo& info, const StateCheck& check,
+                                const std::string& what) {
+  if (XXH3_64bits(partial.bytes.data(), partial.bytes.size()) != partial.hash) {
+    return data_loss("the bytes do not match the hash their donor announced");
+  }
+  SWARM_ASSIGN_OR_RETURN(Checkpoint state, decode_checkpoint(partial.bytes, what));
+  if (state.step != info.step) {
+    return data_loss("the state is of step {}; its donor announced step {}", state.step, info.step);
+  }
+  if (check.state) SWARM_RETURN_IF_ERROR(check.state(state));
+  return state;
+}
+
+}  // namespace state_transfer_detail
 }  // namespace swarm

@@ -10,6 +10,11 @@
 
 namespace swarm {
 
+// How far apart the wall clocks of a swarm's machines may be. A timestamp from a
+// stranger further ahead than this is refused: it would stay fresh for ever.
+inline constexpr double kMaxClockSkewSeconds = 60.0;
+
+
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 

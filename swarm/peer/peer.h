@@ -48,6 +48,8 @@ struct PeerConfig {
   // Stage-mates' requests; empty: next to bind_address (same host, any port).
   std::string control_bind_address;
   ServerOptions server;
+  // Every client this peer opens (all-reduce parts, state downloads) uses these.
+  ClientOptions client;
   double announce_period_seconds = 1.0;
   double announce_ttl_seconds = 5.0;
   optim::OptimizerConfig optimizer;
@@ -60,6 +62,7 @@ struct PeerConfig {
   // one batch of up to this many requests. 1 turns batching off and serves
   // requests on the server's I/O thread, the lowest-latency path.
   int max_batch = 1;
+  int64_t max_request_rows = 256;  // sequences per request; more is refused (see StageServiceOptions)
   wire::Limits limits;
   // Emulated machines, for tests and experiments: see StageServiceOptions.
   double slowdown = 1.0;
@@ -77,6 +80,9 @@ struct PeerConfig {
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;
   std::string resume_from;  // a stage checkpoint to start from
+  // Whether a connection's authenticated identity may send all-reduce parts as a
+  // peer id (swarm/averaging/all_reduce.h); unset, every part passes.
+  SpeaksFor speaks_for;
 
   // Fault-injection hooks for tests: die (stop answering, or SIGKILL the process
   // with die_by_signal) after sending this many all-reduce parts in one round, or
@@ -94,9 +100,10 @@ class Peer {
         stats_([this](PeerStats& s) {
           s.rejected = static_cast<int64_t>(counters_->total());
           s.serving = flags_.serving && !flags_.dead;
+          s.ledger = replica_->sample_ledger();
         }),
         replica_(std::make_shared<Replica<S>>(config_.stage_index, std::move(stage), config_.optimizer)),
-        clients_() {}
+        clients_(config_.client) {}
 
   ~Peer() { stop(); }
 
@@ -171,7 +178,8 @@ class Peer {
   }
 
   StageServiceOptions service_options() const {
-    return {config_.codec, config_.max_batch, config_.slowdown, config_.emulated_seconds_per_sample};
+    return {config_.codec, config_.max_batch, config_.max_request_rows, config_.slowdown,
+            config_.emulated_seconds_per_sample};
   }
 
   StageServiceHooks service_hooks() {
@@ -211,6 +219,7 @@ class Peer {
     c.checkpoint_path = config_.checkpoint_path;
     c.checkpoint_every_steps = config_.checkpoint_every_steps;
     c.test_die_after_allreduce_sends = config_.test_die_after_allreduce_sends;
+    c.speaks_for = config_.speaks_for;
     return c;
   }
 
@@ -236,7 +245,8 @@ class Peer {
     SWARM_ASSIGN_OR_RETURN(auto control_server, T::bind(control_bind_address(), control));
     control_server_.emplace(std::move(control_server));
     SWARM_RETURN_IF_ERROR(control_server_->serve(validating_handler(
-        config_.limits, counters_, [this](const PeerIdentity&, const wire::DecodedMessage& m) { return this->control(m); })));
+        config_.limits, counters_,
+        [this](const PeerIdentity& from, const wire::DecodedMessage& m) { return this->control(from, m); })));
     return compute_server_->serve(validating_handler(
         config_.limits, counters_, [this](const PeerIdentity&, const wire::DecodedMessage& m) { return this->compute(m); }));
   }
@@ -255,14 +265,14 @@ class Peer {
     if (control_server_) control_server_->stop();
   }
 
-  wire::Frames control(const wire::DecodedMessage& message) {
+  wire::Frames control(const PeerIdentity& from, const wire::DecodedMessage& message) {
     if (Status refused = refuse_if_dead(message); !refused.is_ok()) return error(message, refused);
     switch (message.header.kind) {
       case wire::MessageKind::ping:
         return ok(message);
       case wire::MessageKind::allreduce_part:
         if (!sync_) return error(message, failed_precondition("peer {} does not average (solo mode)", config_.peer_id));
-        if (Status delivered = sync_->deliver_part(message); !delivered.is_ok()) return error(message, delivered);
+        if (Status delivered = sync_->deliver_part(message, from); !delivered.is_ok()) return error(message, delivered);
         return ok(message);
       case wire::MessageKind::state_chunk:
         if (!sync_) return error(message, failed_precondition("peer {} does not donate state (solo mode)", config_.peer_id));
@@ -277,10 +287,36 @@ class Peer {
     if (Status refused = refuse_if_dead(message); !refused.is_ok()) return error(message, refused);
     if (message.header.kind == wire::MessageKind::ping) return ok(message);
     if (message.header.kind == wire::MessageKind::info) {
-      auto reply = protocol::encode_info_reply(message.header.request_id, service_->spec());
+      const protocol::SampleLedger ledger = replica_->sample_ledger();
+      const protocol::RefusalCounts refusals = refusal_counts();
+      auto reply = protocol::encode_info_reply(message.header.request_id, service_->spec(), &ledger, &refusals);
       return reply.is_ok() ? std::move(reply).value() : error(message, reply.status());
     }
     return service_->handle(message);
+  }
+
+  protocol::RefusalCounts refusal_counts() {
+    const PeerStats s = stats();
+    protocol::RefusalCounts counts{{"validation", s.rejected},
+                                   {"spec", s.spec_refused},
+                                   {"parts", s.parts_refused},
+                                   {"contributions_ignored", s.contributions_ignored},
+                                   {"states", s.states_refused},
+                                   {"unvouched_ahead", s.unvouched_ahead},
+                                   {"bad_records", s.bad_records},
+                                   {"backward_duplicates", s.ledger.backward_duplicates_refused},
+                                   {"expired", s.ledger.expired_dropped},
+                                   {"deadline", s.ledger.deadline_refused}};
+    if (sync_) counts["state_requests"] = sync_->donor().refused_requests();
+    std::lock_guard lock(servers_mu_);
+    for (const auto* server : {&compute_server_, &control_server_}) {
+      if (!server->has_value()) continue;
+      if constexpr (requires(const typename T::server_type& sv) { sv.busy_replies(); sv.oversized_requests(); }) {
+        counts["busy"] += static_cast<int64_t>((*server)->busy_replies());
+        counts["oversized"] += static_cast<int64_t>((*server)->oversized_requests());
+      }
+    }
+    return counts;
   }
 
   Status refuse_if_dead(const wire::DecodedMessage& message) const {

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "swarm/core/clock.h"
+#include "swarm/protocol/stage_protocol.h"
 
 namespace swarm {
 
@@ -19,6 +20,7 @@ struct PeerStats {
   int64_t samples = 0;
   int64_t optimizer_steps = 0;
   int64_t rejected = 0;         // requests refused by validation
+  int64_t spec_refused = 0;     // stage requests check_request refused (spec, codec, no microbatch id or deadline)
   int64_t forward_batches = 0;  // stage calls that served forward requests
   double throughput = 0;        // samples per second of compute, smoothed
   // Stage synchronization.
@@ -33,7 +35,15 @@ struct PeerStats {
   int64_t last_download_resumed_at = -1;  // byte offset a later donor continued from
   int64_t allreduce_bytes = 0;            // gradient payload bytes sent in rounds
   int64_t allreduce_values = 0;           // float values those payloads carried
+  int64_t parts_refused = 0;          // all-reduce parts the inbox refused (InboxCounters::refused)
+  int64_t contributions_ignored = 0;  // parts a round left out: wrong sender, weight over the published count
+  int64_t states_refused = 0;         // downloaded states (or donors' offers) that failed the check before load
+  int64_t unvouched_ahead = 0;        // records ahead of this replica that no majority vouched for (per check)
+  int64_t bad_records = 0;            // registry records refused: wrong types, out of range, from the future
   bool serving = false;
+  // Where every backward sample went, and the requests refused for their deadline
+  // or as duplicates (the replica's, filled in on read).
+  protocol::SampleLedger ledger;
 };
 
 class StatsBoard {

@@ -7,16 +7,25 @@
 // or moves its replica to another device, swaps in a new Replica without touching
 // its server, batcher or announcer.
 //
+// A backward's gradient and its samples are added in one critical section, at most
+// once per microbatch id, and only if its deadline has not passed by the end of
+// the compute (otherwise the gradients are put back as they were). The replica
+// keeps the stage's SampleLedger: where every accepted sample went.
+//
 //   auto replica = std::make_shared<Replica<GptStage<CpuBackend>>>(0, std::move(stage), optimizer);
 //   auto out = replica->forward(input, nullptr);
-//   replica->count_backward(8);
+//   auto grad = replica->backward(input, grad_output, BackwardTicket{id, deadline_ms, 8});
 //   Replica<...>::Gradients g = replica->take_gradients();   // then all-reduce g.mean
 #pragma once
 
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <span>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -26,13 +35,27 @@
 #include "swarm/optim/lr_schedule.h"
 #include "swarm/optim/optimizer.h"
 #include "swarm/peer/stage_state.h"
+#include "swarm/protocol/stage_protocol.h"
 
 namespace swarm {
+
+// What the replica needs to accept one backward.
+struct BackwardTicket {
+  uint64_t microbatch_id = 0;
+  int64_t deadline_unix_ms = 0;  // not accumulated once this has passed
+  int64_t samples = 0;
+  // Runs after the compute, before the deadline check: an emulated slow machine
+  // sleeps out its extra time here, so the check sees when its work really ends.
+  std::function<void()> after_compute;
+};
 
 template <Stage S>
 class Replica {
  public:
   static constexpr size_t kRecentHashes = 16;
+  // Microbatch ids remembered against duplicates: far more than are in flight
+  // across a swarm within a timeout, a few hundred KiB.
+  static constexpr size_t kRememberedMicrobatches = 16384;
 
   Replica(int stage_index, S stage, const optim::OptimizerConfig& optimizer)
       : stage_index_(stage_index), stage_(std::move(stage)), adamw_(optimizer), lamb_(optimizer) {
@@ -56,32 +79,44 @@ class Replica {
     return stage_.forward(input, targets);
   }
 
-  Result<Tensor> backward(const TensorView& input, const TensorView& grad_output) {
-    std::lock_guard lock(mu_);
-    return stage_.backward(input, grad_output, nullptr);
+  // Errors besides the stage's: already_exists for a microbatch id already
+  // accumulated, deadline_exceeded when the deadline passed before or during the
+  // compute (nothing accumulated either way).
+  Result<Tensor> backward(const TensorView& input, const TensorView& grad_output, const BackwardTicket& ticket) {
+    return accumulate(ticket, [&] { return stage_.backward(input, grad_output, nullptr); });
   }
 
   // (loss, input gradient) for the stage that takes targets. A stage that can run
   // its backward on the forward it just did computes the forward once.
   Result<std::pair<Tensor, Tensor>> forward_and_backward(const TensorView& input, const TensorView& grad_output,
-                                                        const TensorView& targets) {
-    std::lock_guard lock(mu_);
-    SWARM_ASSIGN_OR_RETURN(Tensor loss, stage_.forward(input, &targets));
-    Result<Tensor> grad = Status(StatusCode::internal, "unset");
-    if constexpr (BackwardAfterForwardStage<S>) {
-      grad = stage_.backward_after_forward(grad_output);
-    } else {
-      grad = stage_.backward(input, grad_output, &targets);
-    }
-    if (!grad.is_ok()) return grad.status();
-    return std::make_pair(std::move(loss), std::move(grad).value());
+                                                        const TensorView& targets, const BackwardTicket& ticket) {
+    return accumulate(ticket, [&]() -> Result<std::pair<Tensor, Tensor>> {
+      SWARM_ASSIGN_OR_RETURN(Tensor loss, stage_.forward(input, &targets));
+      Result<Tensor> grad = Status(StatusCode::internal, "unset");
+      if constexpr (BackwardAfterForwardStage<S>) {
+        grad = stage_.backward_after_forward(grad_output);
+      } else {
+        grad = stage_.backward(input, grad_output, &targets);
+      }
+      if (!grad.is_ok()) return grad.status();
+      return std::make_pair(std::move(loss), std::move(grad).value());
+    });
   }
 
-  // A backward's samples, counted toward the next global step.
-  void count_backward(int64_t samples) {
-    std::lock_guard lock(mu_);
-    accumulated_samples_ += samples;
-    ++accumulated_microbatches_;
+  // Requests refused before they reached the replica, for the ledger.
+  void count_expired() { change_ledger([](protocol::SampleLedger& l) { ++l.expired_dropped; }); }
+  void count_deadline_refused() { change_ledger([](protocol::SampleLedger& l) { ++l.deadline_refused; }); }
+
+  // A consistent copy; never waits for a compute.
+  protocol::SampleLedger sample_ledger() const {
+    std::lock_guard lock(ledger_mu_);
+    return ledger_;
+  }
+
+  // The samples of the last take_gradients() whose round failed. Their gradients
+  // left the stage with take_gradients, so mu_ is not needed.
+  void lose_round_samples() {
+    change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
   }
 
   struct Gradients {
@@ -94,22 +129,24 @@ class Replica {
   // samples that arrive during a round count toward the next step.
   Gradients take_gradients() {
     std::lock_guard lock(mu_);
-    Gradients out{flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_)), accumulated_samples_,
-                  params_hash_};
+    Gradients out{flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_)),
+                  sample_ledger().samples_pending, params_hash_};
     (void)stage_.zero_grad();
-    accumulated_samples_ = 0;
     accumulated_microbatches_ = 0;
+    change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_in_round); });
     return out;
   }
 
   // Applies the stage's averaged gradient with LAMB and moves to global step + 1.
   // A step the optimizer refuses (non-finite) leaves the weights, not the step.
+  // The round's samples (those of the last take_gradients) are stepped or lost.
   Status apply_global_step(std::span<const float> averaged, const optim::LrSchedule& schedule) {
     std::lock_guard lock(mu_);
     std::vector<optim::ParamRef> refs;
     size_t offset = 0;
     for (auto& view : stage_.parameter_views()) {
       if (offset + static_cast<size_t>(view.value.numel()) > averaged.size()) {
+        change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
         return invalid_argument("averaged gradient of {} values is too short for the stage", averaged.size());
       }
       TensorView grad(const_cast<float*>(averaged.data()) + offset, DType::f32, view.value.shape(), Device::cpu);
@@ -118,6 +155,9 @@ class Replica {
     }
     const int64_t next = step_.load() + 1;
     Status stepped = lamb_.step(refs, schedule.lr_at(next));
+    change_ledger([&](protocol::SampleLedger& l) {
+      move_samples(l.samples_in_round, stepped.is_ok() ? l.samples_stepped : l.samples_lost_nonfinite);
+    });
     drop_cached_activations(stage_);
     step_ = next;
     params_hash_ = parameters_hash(stage_);
@@ -129,7 +169,7 @@ class Replica {
   // Solo mode: a local AdamW step once `every` samples have arrived. True if it stepped.
   Result<bool> maybe_local_step(int64_t every, float peak_lr, int64_t warmup_steps) {
     std::lock_guard lock(mu_);
-    if (accumulated_samples_ < every) return false;
+    if (sample_ledger().samples_pending < every) return false;
     std::vector<optim::ParamRef> refs;
     for (auto& view : stage_.parameter_views()) refs.push_back({view.name, view.value, view.grad, view.apply_weight_decay});
     const double warmup =
@@ -137,8 +177,10 @@ class Replica {
     Status status = adamw_.step(refs, static_cast<float>(peak_lr * warmup));
     (void)stage_.zero_grad();
     drop_cached_activations(stage_);  // forwards kept for a later backward used the old weights
-    accumulated_samples_ = 0;
     accumulated_microbatches_ = 0;
+    change_ledger([&](protocol::SampleLedger& l) {
+      move_samples(l.samples_pending, status.is_ok() ? l.samples_stepped : l.samples_lost_nonfinite);
+    });
     ++optimizer_steps_;
     if (!status.is_ok()) return status;
     return true;
@@ -153,8 +195,8 @@ class Replica {
     params_hash_ = parameters_hash(stage_);
     (void)stage_.zero_grad();
     drop_cached_activations(stage_);
-    accumulated_samples_ = 0;
     accumulated_microbatches_ = 0;
+    change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_lost_resync); });
     remember_hash();
     return Status::ok();
   }
@@ -174,10 +216,7 @@ class Replica {
     std::lock_guard lock(mu_);
     return params_hash_;
   }
-  int64_t accumulated_samples() const {
-    std::lock_guard lock(mu_);
-    return accumulated_samples_;
-  }
+  int64_t accumulated_samples() const { return sample_ledger().samples_pending; }
   std::vector<std::pair<int64_t, uint64_t>> recent_hashes() const {
     std::lock_guard lock(mu_);
     return {recent_hashes_.begin(), recent_hashes_.end()};
@@ -189,6 +228,119 @@ class Replica {
     while (recent_hashes_.size() > kRecentHashes) recent_hashes_.pop_front();
   }
 
+  // Ledger changes that go with the gradients are made under mu_ too; readers
+  // take only ledger_mu_, which is never held while taking another lock.
+  template <typename Change>
+  void change_ledger(Change change) {
+    std::lock_guard lock(ledger_mu_);
+    change(ledger_);
+  }
+
+  static void add_samples(int64_t& to, int64_t samples) {
+    if (__builtin_add_overflow(to, samples, &to)) to = INT64_MAX;
+  }
+  static void move_samples(int64_t& from, int64_t& to) {
+    add_samples(to, from);
+    from = 0;
+  }
+
+  // The one place a backward reaches the gradients: refused before compute when a
+  // duplicate or expired, rolled back when it failed or outlived its deadline.
+  template <typename Compute>
+  auto accumulate(const BackwardTicket& ticket, Compute compute) -> decltype(compute()) {
+    std::lock_guard lock(mu_);
+    if (seen_microbatches_.count(ticket.microbatch_id) != 0) {
+      change_ledger([](protocol::SampleLedger& l) { ++l.backward_duplicates_refused; });
+      return already_exists("microbatch {:016x} was already accumulated by this replica", ticket.microbatch_id);
+    }
+    if (Status timely = expired(ticket); !timely.is_ok()) return timely;
+    save_gradients();
+    auto result = compute();
+    if (ticket.after_compute) ticket.after_compute();
+    Status done = result.is_ok() ? expired(ticket) : result.status();
+    // Finite inputs can still overflow (1e30 times 1e10): such a backward would spoil
+    // every sample of the step beside it, and its reply could not be encoded anyway.
+    if (done.is_ok() && !(finite_outputs(*result) && gradients_finite())) {
+      done = invalid_argument("backward of microbatch {:016x} overflowed to a non-finite value; not accumulated",
+                              ticket.microbatch_id);
+    }
+    if (!done.is_ok()) {
+      restore_gradients();
+      return done;
+    }
+    remember_microbatch(ticket.microbatch_id);
+    ++accumulated_microbatches_;
+    change_ledger([&](protocol::SampleLedger& l) {
+      add_samples(l.samples_accumulated_total, ticket.samples);
+      add_samples(l.samples_pending, ticket.samples);
+    });
+    return result;
+  }
+
+  static bool finite(const Tensor& t) {
+    if (!t.defined() || t.dtype() != DType::f32) return true;
+    const float* v = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (!std::isfinite(v[i])) return false;
+    }
+    return true;
+  }
+  static bool finite_outputs(const Tensor& grad) { return finite(grad); }
+  static bool finite_outputs(const std::pair<Tensor, Tensor>& loss_and_grad) {
+    return finite(loss_and_grad.first) && finite(loss_and_grad.second);
+  }
+  bool gradients_finite() {
+    for (const auto& view : stage_.parameter_views()) {
+      const float* g = static_cast<const float*>(view.grad.raw_data());
+      for (int64_t i = 0; i < view.grad.numel(); ++i) {
+        if (!std::isfinite(g[i])) return false;
+      }
+    }
+    return true;
+  }
+
+  Status expired(const BackwardTicket& ticket) {
+    const int64_t now = protocol::unix_millis_now();
+    if (ticket.deadline_unix_ms > now) return Status::ok();
+    change_ledger([](protocol::SampleLedger& l) { ++l.expired_dropped; });
+    return deadline_exceeded("backward of microbatch {:016x} outlived its deadline by {} ms; not accumulated",
+                             ticket.microbatch_id, now - ticket.deadline_unix_ms);
+  }
+
+  // With nothing accumulated the gradients are zero: no copy to take (half the
+  // backwards at two microbatches per step). Otherwise one pass over the
+  // gradients, small beside the backward that writes them.
+  void save_gradients() {
+    if (accumulated_microbatches_ == 0) return;
+    saved_gradients_.clear();
+    for (const auto& view : stage_.parameter_views()) {
+      const float* g = static_cast<const float*>(view.grad.raw_data());
+      saved_gradients_.insert(saved_gradients_.end(), g, g + view.grad.numel());
+    }
+  }
+
+  void restore_gradients() {
+    if (accumulated_microbatches_ == 0) {
+      (void)stage_.zero_grad();
+      return;
+    }
+    size_t offset = 0;
+    for (const auto& view : stage_.parameter_views()) {
+      const size_t n = static_cast<size_t>(view.grad.numel());
+      std::memcpy(view.grad.raw_data(), saved_gradients_.data() + offset, n * sizeof(float));
+      offset += n;
+    }
+  }
+
+  void remember_microbatch(uint64_t id) {
+    seen_microbatches_.insert(id);
+    seen_order_.push_back(id);
+    while (seen_order_.size() > kRememberedMicrobatches) {
+      seen_microbatches_.erase(seen_order_.front());
+      seen_order_.pop_front();
+    }
+  }
+
   const int stage_index_;
   mutable std::mutex mu_;
   S stage_;
@@ -198,8 +350,12 @@ class Replica {
   std::atomic<int64_t> optimizer_steps_{0};
   uint64_t params_hash_ = 0;
   std::deque<std::pair<int64_t, uint64_t>> recent_hashes_;
-  int64_t accumulated_samples_ = 0;  // toward step_ + 1
-  int64_t accumulated_microbatches_ = 0;
+  int64_t accumulated_microbatches_ = 0;  // toward step_ + 1
+  std::vector<float> saved_gradients_;    // reused across backwards
+  std::unordered_set<uint64_t> seen_microbatches_;
+  std::deque<uint64_t> seen_order_;        // oldest first, to forget them in order
+  mutable std::mutex ledger_mu_;
+  protocol::SampleLedger ledger_;          // samples_pending: toward step_ + 1
 };
 
 }  // namespace swarm

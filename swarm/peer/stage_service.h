@@ -2,8 +2,11 @@
 //
 // Every request is checked against the stage's StageSpec before any compute
 // (protocol::check_request); float inputs are decoded from the stage's codec and
-// replies encoded in it. The replica is reached through a shared pointer that
-// set_replica swaps, so the next request already runs on the new one.
+// replies encoded in it. A request whose deadline has passed is dropped before it
+// is computed, and a backward is accumulated by the replica (once per microbatch,
+// only within its deadline); each refusal is an error reply and a ledger count.
+// The replica is reached through a shared pointer that set_replica swaps, so the
+// next request already runs on the new one.
 //
 //   StageService<S, Codecs> service(options, replica, &stats, hooks);
 //   wire::Frames reply = service.handle(decoded_request);
@@ -11,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -30,6 +34,9 @@ namespace swarm {
 struct StageServiceOptions {
   CodecId codec = CodecId::blockwise8;
   int max_batch = 1;
+  // Sequences one request may carry: a larger one is refused before any compute,
+  // so one caller cannot make the peer allocate activations for an absurd batch.
+  int64_t max_request_rows = 256;
   // Emulated machines (tests, routing experiments): total time becomes
   // (compute + emulated_seconds_per_sample x samples, x2.5 for backward) x slowdown.
   double slowdown = 1.0;
@@ -85,15 +92,26 @@ class StageService {
       return wire::make_error_reply(message.header.request_id, message.header.stage, status);
     };
     auto call = protocol::check_request(message, spec);
-    if (!call.is_ok()) return error(call.status());
-    if (Status ready = hooks_.can_serve(); !ready.is_ok()) return error(ready);
-    auto reply = serve(*replica, *call);
-    if (!reply.is_ok()) return error(reply.status());
-    if (call->is_backward()) {
-      replica->count_backward(call->batch);
-      hooks_.on_backward(call->batch);
+    if (call.is_ok() && call->batch > options_.max_request_rows) {
+      call = resource_exhausted("a request of {} sequences; this peer takes at most {}", call->batch,
+                                options_.max_request_rows);
     }
-    const double seconds = emulate(started, call->batch, call->is_backward());
+    if (!call.is_ok()) {
+      stats_->update([](PeerStats& s) { ++s.spec_refused; });
+      return error(call.status());
+    }
+    // A refusal changed the replica's ledger: wake whoever waits on the stats.
+    const auto refused = [&](const Status& status) {
+      stats_->notify();
+      return error(status);
+    };
+    if (Status timely = admit(*replica, *call); !timely.is_ok()) return refused(timely);
+    if (Status ready = hooks_.can_serve(); !ready.is_ok()) return error(ready);
+    auto reply = serve(*replica, *call, started);
+    if (!reply.is_ok()) return refused(reply.status());
+    if (call->is_backward()) hooks_.on_backward(call->batch);
+    // A backward slept out its emulated time before its deadline check.
+    const double seconds = call->is_backward() ? elapsed(started) : emulate(started, call->batch, false);
     record(call->is_backward(), call->batch, seconds);
     auto frames = protocol::encode_reply(call->request_id, spec.stage, *reply);
     return frames.is_ok() ? std::move(frames).value() : error(frames.status());
@@ -106,7 +124,17 @@ class StageService {
     ~InService() { --count; }
   };
 
-  Result<protocol::StageReply> serve(ReplicaT& replica, const protocol::StageCall& call) {
+  // Work nobody waits for any more is not started; a deadline beyond what a peer
+  // holds work for is a broken or hostile caller.
+  static Status admit(ReplicaT& replica, const protocol::StageCall& call) {
+    Status status = protocol::check_deadline(call.deadline_unix_ms, protocol::unix_millis_now());
+    if (status.code() == StatusCode::deadline_exceeded) replica.count_expired();
+    if (status.code() == StatusCode::invalid_argument) replica.count_deadline_refused();
+    return status;
+  }
+
+  Result<protocol::StageReply> serve(ReplicaT& replica, const protocol::StageCall& call,
+                                     std::chrono::steady_clock::time_point started) {
     Tensor input_storage;
     SWARM_ASSIGN_OR_RETURN(TensorView input, protocol::float_view<Codecs>(*call.input, &input_storage));
     const TensorView* targets = call.targets != nullptr ? &call.targets->view : nullptr;
@@ -115,6 +143,7 @@ class StageService {
       SWARM_ASSIGN_OR_RETURN(Tensor out, compute_forward(replica, input, targets));
       if (targets != nullptr) {
         reply.loss = out.data<float>()[0];
+        if (!std::isfinite(*reply.loss)) return invalid_argument("the loss overflowed: targets or input out of range");
       } else {
         SWARM_ASSIGN_OR_RETURN(reply.tensor, protocol::encode_floats<Codecs>(out, options_.codec));
       }
@@ -122,13 +151,15 @@ class StageService {
     }
     Tensor grad_storage;
     SWARM_ASSIGN_OR_RETURN(TensorView grad_output, protocol::float_view<Codecs>(*call.grad_output, &grad_storage));
+    const BackwardTicket ticket{call.microbatch_id, call.deadline_unix_ms, call.batch,
+                                [&] { emulate(started, call.batch, true); }};
     Tensor grad_input;
     if (targets != nullptr) {
-      SWARM_ASSIGN_OR_RETURN(auto both, replica.forward_and_backward(input, grad_output, *targets));
+      SWARM_ASSIGN_OR_RETURN(auto both, replica.forward_and_backward(input, grad_output, *targets, ticket));
       reply.loss = both.first.template data<float>()[0];
       grad_input = std::move(both.second);
     } else {
-      SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output));
+      SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output, ticket));
     }
     if (grad_input.defined()) {
       SWARM_ASSIGN_OR_RETURN(reply.tensor, protocol::encode_floats<Codecs>(grad_input, options_.codec));
@@ -142,9 +173,13 @@ class StageService {
     return replica.forward(input, targets);
   }
 
+  static double elapsed(std::chrono::steady_clock::time_point started) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+
   // Sleeps out an emulated machine's extra time; returns the request's total seconds.
   double emulate(std::chrono::steady_clock::time_point started, int64_t batch, bool backward) const {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double seconds = elapsed(started);
     const double emulated = options_.emulated_seconds_per_sample * batch * (backward ? 2.5 : 1.0);
     const double extra = emulated * options_.slowdown + seconds * std::max(0.0, options_.slowdown - 1.0);
     if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));

@@ -22,6 +22,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,8 +40,10 @@
 #include "swarm/core/log.h"
 #include "swarm/core/random.h"
 #include "swarm/optim/lr_schedule.h"
+#include "swarm/optim/optimizer.h"
 #include "swarm/peer/peer_stats.h"
 #include "swarm/peer/replica.h"
+#include "swarm/peer/stage_state.h"
 #include "swarm/protocol/client_cache.h"
 
 namespace swarm {
@@ -59,6 +63,8 @@ struct StageSyncConfig {
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;
   int64_t test_die_after_allreduce_sends = 0;
+  // Whether a connection may send all-reduce parts as a peer id; unset, all may.
+  SpeaksFor speaks_for;
 };
 
 // Whether the peer serves, and whether a test hook has "killed" it; shared by its parts.
@@ -84,7 +90,7 @@ class StageSync {
   StageSync(StageSyncConfig config, std::shared_ptr<Replica<S>> replica, R* registry, ClientCache<T>* clients,
             StatsBoard* stats, PeerFlags* flags, std::function<void()> announce)
       : config_(std::move(config)), replica_(std::move(replica)), registry_(registry), clients_(clients),
-        stats_(stats), flags_(flags), announce_(std::move(announce)),
+        stats_(stats), flags_(flags), announce_(std::move(announce)), inbox_(inbox_options()),
         nonce_source_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
                       std::hash<std::string>{}(config_.peer_id)) {}
   ~StageSync() { stop(); }
@@ -94,6 +100,7 @@ class StageSync {
   // DHT node may not yet show the stage-mates it must sync from.
   Status start(std::string control_address) {
     control_address_ = std::move(control_address);
+    inbox_.finish_step(replica_->step() - 1);  // a resumed replica takes parts from its own step on
     SWARM_RETURN_IF_ERROR(publish_progress(false));
     const auto visible_by = Clock::now() + std::chrono::seconds(5);
     while (!progress_visible() && Clock::now() < visible_by) {
@@ -126,8 +133,9 @@ class StageSync {
     cv_.notify_all();
   }
 
-  Status deliver_part(const wire::DecodedMessage& message) {
-    return inbox_.template deliver<Codecs>(message, config_.all_reduce.codec);
+  // `from`: who the transport authenticated, checked against the part's sender by speaks_for.
+  Status deliver_part(const wire::DecodedMessage& message, const PeerIdentity& from) {
+    return inbox_.template deliver<Codecs>(message, config_.all_reduce.codec, from);
   }
 
   // Donates even while not serving: a peer waiting out a failed round still holds its
@@ -139,6 +147,40 @@ class StageSync {
 
  private:
   int stage() const { return replica_->stage_index(); }
+
+  // Bounded by this stage's gradient and the global batch; parts only from known
+  // stage-mates, as whoever speaks_for says may send as them.
+  AllReduceInbox::Options inbox_options() {
+    AllReduceInbox::Options options;
+    options.limits = inbox_limits(replica_->parameter_count(), config_.all_reduce,
+                                  static_cast<double>(config_.global_batch_samples));
+    options.speaks_for = config_.speaks_for;
+    options.is_member = [this](const std::string& peer_id) {
+      std::lock_guard lock(known_mates_mu_);
+      return known_mates_.count(peer_id) != 0;
+    };
+    return options;
+  }
+
+  // What the inbox refused or left out, onto the board (and now and then the log,
+  // since hostile mail may change it every tick) when it changed.
+  void report_inbox_counters() {
+    const InboxCounters c = inbox_.counters();
+    if (c.refused() == reported_refused_ && c.ignored() == reported_ignored_) return;
+    reported_refused_ = c.refused();
+    reported_ignored_ = c.ignored();
+    stats_->update([&](PeerStats& s) {
+      s.parts_refused = c.refused();
+      s.contributions_ignored = c.ignored();
+    });
+    const double now = registry_->now();
+    if (now - last_inbox_log_ < config_.progress_stale_seconds) return;
+    last_inbox_log_ = now;
+    log_warn("peer {}: all-reduce parts refused so far: {} malformed, {} bad weight, {} impostor, {} not a stage-mate, "
+             "{} stale, {} far ahead, {} duplicate, {} inbox full; left out: {} wrong sender, {} over published",
+             config_.peer_id, c.malformed, c.bad_weight, c.impostor, c.not_member, c.stale, c.far_future, c.duplicate,
+             c.full, c.wrong_sender, c.over_published);
+  }
 
   void set_serving(bool serving) {
     flags_->serving = serving;
@@ -163,6 +205,7 @@ class StageSync {
         if (stopping_ || flags_->dead) return;
       }
       update_rate();
+      report_inbox_counters();
       const double now = registry_->now();
       if (now - last_publish >= config_.progress_period_seconds) {
         (void)publish_progress(false);
@@ -225,7 +268,12 @@ class StageSync {
       ++progress_reads_;
       for (const auto& record : *records) {
         auto progress = ProgressRecord::from_json(record.value);
-        if (!progress.is_ok() || progress->peer_id == config_.peer_id) continue;
+        // A record from the future would stay fresh for ever.
+        if (!progress.is_ok() || progress->published_at > now + kMaxClockSkewSeconds) {
+          stats_->update([](PeerStats& s) { ++s.bad_records; });
+          continue;
+        }
+        if (progress->peer_id == config_.peer_id) continue;
         auto it = merged.find(progress->peer_id);
         if (it == merged.end() || progress->published_at >= it->second.published_at) {
           merged[progress->peer_id] = *progress;
@@ -236,14 +284,39 @@ class StageSync {
     for (auto& [id, r] : merged) {
       if (r.published_at >= now - config_.progress_stale_seconds) stage_progress_.push_back(std::move(r));
     }
+    std::lock_guard lock(known_mates_mu_);
+    known_mates_.clear();
+    for (const auto& r : stage_progress_) known_mates_.insert(r.peer_id);
   }
 
   GlobalBatchDecision decide() {
-    std::vector<ProgressRecord> all = stage_progress_;
+    std::vector<ProgressRecord> all = vouched_progress();
     all.push_back(own_progress(false));
     const GlobalBatchConfig batch{config_.global_batch_samples, config_.progress_stale_seconds,
                                   config_.start_on_estimated_arrival};
     return decide_global_batch(batch, replica_->step(), all, registry_->now());
+  }
+
+  // The stage-mates' records, less those ahead of this replica that no strict
+  // majority of fresh stage-mates vouches for: one forged record claiming a later
+  // step must not stop this peer's rounds or take it out of service.
+  std::vector<ProgressRecord> vouched_progress() {
+    const int64_t my_step = replica_->step();
+    const double now = registry_->now();
+    std::vector<ProgressRecord> vouched;
+    int64_t dropped = 0;
+    for (const auto& r : stage_progress_) {
+      if (r.step > my_step) {
+        const auto majority = majority_hash(stage_progress_, r.step, now, config_.progress_stale_seconds);
+        if (!majority || *majority != r.params_hash) {
+          ++dropped;
+          continue;
+        }
+      }
+      vouched.push_back(r);
+    }
+    if (dropped > 0) stats_->update([&](PeerStats& s) { s.unvouched_ahead += dropped; });
+    return vouched;
   }
 
   void update_rate() {
@@ -276,7 +349,10 @@ class StageSync {
       needs_resync_ = true;
     }
     bool stage_mate_catching_up = false;
-    std::vector<ProgressRecord> donors = find_donors(my_step, &stage_mate_catching_up);
+    // Only a donor a strict majority vouches for can pass the state check. With none,
+    // this replica's state is the best the stage has: a forged record ahead, re-announced
+    // for ever, must not keep it out of service.
+    const std::vector<AllReduceMember> donors = verifiable_donors(find_donors(my_step, &stage_mate_catching_up));
     if (donors.empty() && progress_reads_ < 3) return;  // not looked long enough to be sure
     if (donors.empty()) {
       serve_own_state(my_step, stage_mate_catching_up);
@@ -297,7 +373,7 @@ class StageSync {
         *stage_mate_catching_up = true;  // still in the round this peer just left
       }
     }
-    return donors;
+    return donors_freshest_first(std::move(donors));
   }
 
   // Nobody holds other state. After a bad round, wait (bounded) for stage-mates still
@@ -315,30 +391,157 @@ class StageSync {
     if (was_resyncing) log_info("peer {}: serving at step {}: no stage-mate holds other state", config_.peer_id, my_step);
   }
 
-  void download_from(const std::vector<ProgressRecord>& donors) {
+  // Donors whose published hash is the one a strict majority of fresh stage-mates
+  // published for their step, freshest first; the others would offer a state that
+  // cannot pass the check.
+  std::vector<AllReduceMember> verifiable_donors(const std::vector<ProgressRecord>& donors) {
+    const double now = registry_->now();
     std::vector<AllReduceMember> members;
-    for (const auto& d : donors) members.push_back({d.peer_id, d.address});
+    for (const auto& d : donors) {
+      const auto majority = majority_hash(stage_progress_, d.step, now, config_.progress_stale_seconds);
+      if (majority && *majority == d.params_hash) members.push_back({d.peer_id, d.address});
+    }
+    if (members.empty() && now - last_unverifiable_log_ >= config_.progress_stale_seconds) {
+      last_unverifiable_log_ = now;
+      log_warn("peer {}: {} stage-mates hold other state, but no strict majority of the {} fresh ones vouches for it",
+               config_.peer_id, donors.size(), stage_progress_.size());
+    }
+    return members;
+  }
+
+  // A state is the stage's when a strict majority of the fresh stage-mates (as this
+  // peer sees them now) published its parameters hash for its step. Checked, with
+  // its layout and values, before it is loaded; `*verified` is set to the hash it passed with.
+  StateCheck state_check(int64_t min_step, std::shared_ptr<uint64_t> verified) {
+    auto mates = std::make_shared<const std::vector<ProgressRecord>>(stage_progress_);
+    const double now = registry_->now();
+    const double stale = config_.progress_stale_seconds;
+    StateCheck check;
+    check.step = [=](int64_t step) -> Status {
+      if (step < min_step) return failed_precondition("step {} is behind this replica's {}", step, min_step);
+      if (majority_hash(*mates, step, now, stale)) return Status::ok();
+      return failed_precondition("no strict majority of {} fresh stage-mates published a hash for step {}",
+                                 mates->size(), step);
+    };
+    check.state = [this, mates, now, stale, verified](const Checkpoint& state) -> Status {
+      const auto expected = majority_hash(*mates, state.step, now, stale);
+      if (!expected) return failed_precondition("no strict majority vouches for step {}", state.step);
+      SWARM_ASSIGN_OR_RETURN(uint64_t hash, inspect_state(state));
+      if (hash != *expected) {
+        return data_loss("its parameters hash to {:016x}; a majority of stage-mates published {:016x} for step {}",
+                         hash, *expected, state.step);
+      }
+      *verified = hash;
+      return Status::ok();
+    };
+    return check;
+  }
+
+  struct ParamLayout {
+    std::string name;
+    DType dtype;
+    Shape shape;
+  };
+  // What a downloaded state holds, as far as Replica::load cares.
+  struct StateTally {
+    std::map<std::string, const Tensor*> params;
+    std::map<std::string, int> moments;  // per parameter: 1 the first moment, 2 the second
+    int step_counters = 0;
+  };
+
+  // Checks a downloaded state against this stage before anything loads it, as
+  // Replica::load would and more (finite values), so a state that passes loads; and
+  // returns the parameters hash the replica will have once it does (the parameters
+  // in the stage's order, under the stage's names).
+  Result<uint64_t> inspect_state(const Checkpoint& state) {
+    const auto layout = replica_->exclusive([](S& stage) {
+      std::vector<ParamLayout> out;
+      for (const auto& view : stage.parameter_views()) out.push_back({view.name, view.value.dtype(), view.value.shape()});
+      return out;
+    });
+    std::map<std::string, const ParamLayout*> by_name;
+    for (const auto& p : layout) by_name[p.name] = &p;
+    StateTally tally;
+    for (const NamedTensor& named : state.tensors) SWARM_RETURN_IF_ERROR(check_state_entry(named, by_name, &tally));
+    if (tally.params.size() != layout.size()) {
+      return invalid_argument("the state has {} of this stage's {} parameters", tally.params.size(), layout.size());
+    }
+    if (tally.step_counters != 1) return invalid_argument("the state has {} optimizer step counters", tally.step_counters);
+    for (const auto& [param, which] : tally.moments) {
+      if (which != 3) return invalid_argument("the state has one optimizer moment of {} without the other", param);
+    }
+    SWARM_RETURN_IF_ERROR(check_finite(state));
+    std::vector<NamedTensorView> views;
+    for (const auto& p : layout) views.push_back({p.name, tally.params.at(p.name)->view()});
+    return content_hash(views);
+  }
+
+  // One tensor of a downloaded state: a parameter of this stage with its dtype and
+  // shape, an optimizer moment (f32, the second one >= 0) of one of them with its
+  // shape, or the optimizer's step counter (>= 0). Anything else, or any of them
+  // twice, is no part of this stage's state.
+  static Status check_state_entry(const NamedTensor& named, const std::map<std::string, const ParamLayout*>& layout,
+                                  StateTally* tally) {
+    const std::string_view name = named.name;
+    const Tensor& t = named.tensor;
+    // Of the parameter's shape, and of `dtype` (unset: the parameter's).
+    auto fits = [&](const std::string& param, std::optional<DType> dtype) {
+      auto it = layout.find(param);
+      return it != layout.end() && t.dtype() == dtype.value_or(it->second->dtype) && t.shape() == it->second->shape;
+    };
+    if (name.starts_with(kParamPrefix)) {
+      const std::string param(name.substr(kParamPrefix.size()));
+      if (!fits(param, std::nullopt)) return invalid_argument("state parameter {} does not fit this stage", param);
+      if (!tally->params.emplace(param, &t).second) return invalid_argument("state parameter {} appears twice", param);
+      return Status::ok();
+    }
+    const std::string_view entry = name.starts_with(kOptimizerPrefix) ? name.substr(kOptimizerPrefix.size()) : "";
+    if (entry == optim::kStepStateName && t.dtype() == DType::i64 && t.numel() == 1 && t.data<int64_t>()[0] >= 0) {
+      ++tally->step_counters;
+      return Status::ok();
+    }
+    for (int which : {1, 2}) {
+      const std::string_view prefix = which == 1 ? optim::kFirstMomentPrefix : optim::kSecondMomentPrefix;
+      if (!entry.starts_with(prefix)) continue;
+      const std::string param(entry.substr(prefix.size()));
+      if (!fits(param, DType::f32)) break;
+      const auto values = t.span<const float>();
+      if (which == 2 && std::any_of(values.begin(), values.end(), [](float x) { return x < 0.0f; })) {
+        return invalid_argument("state tensor {} holds a negative second moment", name);
+      }
+      int& seen = tally->moments[param];
+      if ((seen & which) != 0) return invalid_argument("state tensor {} appears twice", name);
+      seen |= which;
+      return Status::ok();
+    }
+    return invalid_argument("state tensor {} is no part of this stage's state", name);
+  }
+
+  void download_from(const std::vector<AllReduceMember>& members) {
     StateDownloadReport report;
-    auto state = download_state(*clients_, stage(), members, config_.state_transfer, &report);
+    auto verified = std::make_shared<uint64_t>(0);
+    auto state = download_state(*clients_, stage(), members, config_.state_transfer, &report,
+                                state_check(replica_->step(), verified));
+    for (const auto& why : report.refused) log_warn("peer {}: refused a state: {}", config_.peer_id, why);
+    if (!report.refused.empty()) {
+      stats_->update([&](PeerStats& s) { s.states_refused += static_cast<int64_t>(report.refused.size()); });
+    }
     if (!state.is_ok()) {
       log_warn("peer {}: state download failed: {}", config_.peer_id, state.status().to_string());
       read_progress();
       return;
     }
+    // inspect_state checked what load checks: a failure here means the two disagree,
+    // and load leaves the replica as it was.
     if (Status loaded = replica_->load(*state); !loaded.is_ok()) {
       log_warn("peer {}: downloaded state does not fit: {}", config_.peer_id, loaded.to_string());
       return;
     }
     const uint64_t hash = replica_->params_hash();
-    // The donor's published hash for that step must match what arrived.
-    for (const auto& d : donors) {
-      for (const auto& [step, published] : d.recent_hashes) {
-        if (step == state->step && published != hash) {
-          log_warn("peer {}: state from {} hashes to {:016x}, {} announced {:016x}", config_.peer_id,
-                   report.donors_used.back(), hash, d.peer_id, published);
-          return;
-        }
-      }
+    if (hash != *verified) {  // inspect_state and the replica disagree on the hash: a bug, not an attack
+      log_error("peer {}: loaded state of step {} hashes to {:016x}, checked as {:016x}", config_.peer_id, state->step,
+                hash, *verified);
+      return;
     }
     inbox_.finish_step(state->step - 1);
     needs_resync_ = false;
@@ -412,16 +615,20 @@ class StageSync {
     round.stage = stage();
     round.step = step;
     round.my_id = config_.peer_id;
-    round.weight = static_cast<double>(gradients.samples);
+    // Owners refuse a weight above the global batch; samples that arrived while a
+    // long round ran may exceed it, and are worth no more than a full batch.
+    round.weight = static_cast<double>(std::min(gradients.samples, config_.global_batch_samples));
     round.params_hash = gradients.params_hash;
     round.members.push_back({config_.peer_id, control_address_, round_nonce_});
     for (const auto& r : round_members(stage_progress_, step, registry_->now(), config_.progress_stale_seconds)) {
-      round.members.push_back({r.peer_id, r.address, r.averaging ? r.round_nonce : 0});
+      // The count it published as it joined (publish_progress(true, samples)) caps its weight.
+      round.members.push_back({r.peer_id, r.address, r.averaging ? r.round_nonce : 0, static_cast<double>(r.samples)});
     }
     return round;
   }
 
   void fail_round(int64_t samples) {
+    replica_->lose_round_samples();  // in the replica's ledger too, so they stay accounted for
     stats_->update([&](PeerStats& s) {
       ++s.rounds_failed;
       s.lost_samples += samples;
@@ -474,6 +681,10 @@ class StageSync {
   PeerFlags* flags_;
   std::function<void()> announce_;
   std::string control_address_;
+  // Ids of the stage-mates in stage_progress_, for the server threads' inbox (which
+  // asks them, so they outlive it).
+  std::mutex known_mates_mu_;
+  std::set<std::string> known_mates_;
   AllReduceInbox inbox_;
   StateDonor donor_;
 
@@ -490,6 +701,10 @@ class StageSync {
   double samples_per_second_ = 0;
   int64_t allreduce_bytes_ = 0;
   int64_t allreduce_values_ = 0;
+  int64_t reported_refused_ = 0;
+  int64_t reported_ignored_ = 0;
+  double last_unverifiable_log_ = -1e9;
+  double last_inbox_log_ = -1e9;
 
   std::mutex mu_;
   std::condition_variable cv_;

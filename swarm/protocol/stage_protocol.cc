@@ -1,6 +1,10 @@
 #include "swarm/protocol/stage_protocol.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -60,12 +64,47 @@ wire::EncodedTensor raw_tensor(const Tensor& tensor) {
       wire::Frame::adopt(static_cast<const char*>(tensor.raw_data()), tensor.size_bytes(), std::move(keeper))};
 }
 
+int64_t unix_millis_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t unix_millis_after(int64_t now_ms, double seconds) {
+  constexpr double kMax = static_cast<double>(std::numeric_limits<int64_t>::max() / 2);
+  const double ms = std::clamp(std::isnan(seconds) ? 0.0 : seconds * 1000.0, -kMax, kMax);
+  int64_t out = 0;
+  if (__builtin_add_overflow(now_ms, static_cast<int64_t>(ms), &out)) return ms > 0 ? INT64_MAX : 0;
+  return std::max<int64_t>(out, 0);
+}
+
+Status check_deadline(int64_t deadline_ms, int64_t now_ms) {
+  if (deadline_ms <= now_ms) {
+    return deadline_exceeded("the request's deadline passed {} ms ago", now_ms - deadline_ms);
+  }
+  // Both are >= 0, so the difference cannot overflow.
+  if (deadline_ms - now_ms > kMaxDeadlineAheadMs) {
+    return invalid_argument("a deadline {} s ahead exceeds the {} s a peer holds work", (deadline_ms - now_ms) / 1000,
+                            kMaxDeadlineAheadMs / 1000);
+  }
+  return Status::ok();
+}
+
+int64_t SampleLedger::unaccounted() const {
+  // Wrapping arithmetic: counters are far below 2^63, and a wrap would show as a mismatch anyway.
+  const uint64_t held = static_cast<uint64_t>(samples_pending) + static_cast<uint64_t>(samples_in_round) +
+                        static_cast<uint64_t>(samples_stepped) + static_cast<uint64_t>(samples_lost_resync) +
+                        static_cast<uint64_t>(samples_lost_nonfinite) + static_cast<uint64_t>(samples_lost_failed_round);
+  return static_cast<int64_t>(static_cast<uint64_t>(samples_accumulated_total) - held);
+}
+
 Result<wire::Frames> encode_request(const StageRequest& request, int stage, CodecId reply_codec) {
   wire::MessageHeader header;
   header.kind = request.kind;
   header.stage = static_cast<uint32_t>(stage);
   header.request_id = request.request_id;
   header.reply_codec = static_cast<uint8_t>(reply_codec);
+  header.microbatch_id = request.microbatch_id;
+  header.deadline_unix_ms = request.deadline_unix_ms;
   std::vector<wire::EncodedTensor> tensors{request.input};
   if (request.grad_output) tensors.push_back(*request.grad_output);
   if (request.targets) tensors.push_back(*request.targets);
@@ -82,9 +121,15 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
     return invalid_argument("stage {} sends codec {}, the request asks for code {}", spec.stage,
                             codec_name(spec.codec), static_cast<unsigned>(header.reply_codec));
   }
+  // Without an id a backward could not be told from its retry; without a deadline a
+  // peer could not tell that its caller has given up.
+  if (header.microbatch_id == 0) return invalid_argument("a stage request without a microbatch id");
+  if (header.deadline_unix_ms == 0) return invalid_argument("a stage request without a deadline");
   StageCall call;
   call.kind = header.kind;
   call.request_id = header.request_id;
+  call.microbatch_id = header.microbatch_id;
+  call.deadline_unix_ms = header.deadline_unix_ms;
   call.input = &message.tensors[0];
   SWARM_RETURN_IF_ERROR(check_codec(*call.input, spec.codec, "input", spec.stage));
   size_t next = 1;
@@ -157,13 +202,24 @@ nlohmann::json tensor_spec_json(const TensorSpec& spec) {
   return {{"dtype", dtype_name(spec.dtype)}, {"dims", spec.dims}};
 }
 
+// nlohmann's get<> converts quietly (1.5 and true to 1, 2^64 - 1 to -1): every
+// number from a peer is checked to be an integer of the range it stands for.
+bool integer_in(const nlohmann::json& j, int64_t low, int64_t high) {
+  if (j.is_number_unsigned()) return j.get<uint64_t>() <= static_cast<uint64_t>(high);
+  return j.is_number_integer() && j.get<int64_t>() >= low && j.get<int64_t>() <= high;
+}
+
 Result<TensorSpec> tensor_spec_from(const nlohmann::json& j) {
   const auto dtype = dtype_from_name(j.at("dtype").get<std::string>());
   if (!dtype) return invalid_argument("stage info: unknown dtype");
-  TensorSpec spec{*dtype, j.at("dims").get<std::vector<int64_t>>()};
-  if (spec.dims.size() > Shape::kMaxRank) return invalid_argument("stage info: rank {} too large", spec.dims.size());
-  for (int64_t d : spec.dims) {
-    if (d < -1) return invalid_argument("stage info: dim {} below -1", d);
+  const auto& dims = j.at("dims");
+  if (!dims.is_array() || dims.size() > Shape::kMaxRank) return invalid_argument("stage info: dims of bad rank");
+  TensorSpec spec{*dtype, {}};
+  for (const auto& d : dims) {
+    if (!integer_in(d, -1, std::numeric_limits<int64_t>::max())) {
+      return invalid_argument("stage info: a dim is not an integer >= -1");
+    }
+    spec.dims.push_back(d.get<int64_t>());
   }
   return spec;
 }
@@ -184,8 +240,10 @@ Result<StageSpec> spec_from_json(std::string_view text) {
   if (j.is_discarded() || !j.is_object()) return invalid_argument("stage info is not a JSON object");
   try {
     StageSpec spec;
+    if (!integer_in(j.at("stage"), 0, std::numeric_limits<int32_t>::max())) {
+      return invalid_argument("stage info: the stage is not an integer in [0, 2^31)");
+    }
     spec.stage = j.at("stage").get<int>();
-    if (spec.stage < 0) return invalid_argument("stage info: negative stage");
     SWARM_ASSIGN_OR_RETURN(spec.io.input, tensor_spec_from(j.at("input")));
     SWARM_ASSIGN_OR_RETURN(spec.io.output, tensor_spec_from(j.at("output")));
     if (j.contains("targets")) {
@@ -207,8 +265,50 @@ Result<wire::Frames> encode_info_request(int stage) {
   return wire::encode_message(header, std::vector<TensorView>{});
 }
 
-Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec) {
+std::string ledger_to_json(const SampleLedger& ledger) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, field] : kSampleLedgerFields) j[std::string(name)] = ledger.*field;
+  return j.dump();
+}
+
+namespace {
+
+Result<SampleLedger> ledger_from(const nlohmann::json& j) {
+  if (!j.is_object()) return invalid_argument("a sample ledger is a JSON object");
+  SampleLedger ledger;
+  for (const auto& [name, field] : kSampleLedgerFields) {
+    const auto it = j.find(std::string(name));
+    if (it == j.end()) return invalid_argument("sample ledger: {} missing", name);
+    if (!it->is_number_integer() || (it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX)) {
+      return invalid_argument("sample ledger: {} is not a 64-bit integer", name);
+    }
+    const int64_t value = it->get<int64_t>();
+    if (value < 0) return invalid_argument("sample ledger: {} is negative", name);
+    ledger.*field = value;
+  }
+  return ledger;
+}
+
+}  // namespace
+
+Result<SampleLedger> ledger_from_json(std::string_view text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return invalid_argument("a sample ledger is not JSON");
+  return ledger_from(j);
+}
+
+Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec, const SampleLedger* samples,
+                                       const RefusalCounts* refusals) {
   std::string text = spec_to_json(spec);
+  if (samples != nullptr || refusals != nullptr) {
+    nlohmann::json j = nlohmann::json::parse(text);
+    if (samples != nullptr) j["samples"] = nlohmann::json::parse(ledger_to_json(*samples));
+    if (refusals != nullptr) {
+      if (refusals->size() > kMaxRefusalCounters) return invalid_argument("{} refusal counters", refusals->size());
+      j["refusals"] = *refusals;
+    }
+    text = j.dump();
+  }
   wire::MessageHeader header;
   header.kind = wire::MessageKind::result;
   header.stage = static_cast<uint32_t>(spec.stage);
@@ -226,6 +326,29 @@ Result<StageSpec> parse_info_reply(const wire::Frames& frames, const wire::Limit
     return invalid_argument("a stage info reply is one u8 tensor of JSON");
   }
   return spec_from_json(message.tensors[0].payload);
+}
+
+Result<PeerInfo> parse_peer_info(const wire::Frames& frames, const wire::Limits& limits) {
+  SWARM_ASSIGN_OR_RETURN(StageSpec spec, parse_info_reply(frames, limits));
+  PeerInfo info{std::move(spec), std::nullopt};
+  // parse_info_reply checked the frame is one u8 tensor of a JSON object.
+  const auto j = nlohmann::json::parse(frames.parts[1].view(), nullptr, false);
+  if (j.contains("samples")) {
+    SWARM_ASSIGN_OR_RETURN(info.samples, ledger_from(j.at("samples")));
+  }
+  if (j.contains("refusals")) {
+    const auto& refusals = j.at("refusals");
+    if (!refusals.is_object() || refusals.size() > kMaxRefusalCounters) {
+      return invalid_argument("an info reply's refusals must be an object of at most {} counters", kMaxRefusalCounters);
+    }
+    for (const auto& [name, count] : refusals.items()) {
+      if (!count.is_number_integer() || count.get<int64_t>() < 0) {
+        return invalid_argument("refusal counter '{}' is not a non-negative integer", name);
+      }
+      info.refusals[name] = count.get<int64_t>();
+    }
+  }
+  return info;
 }
 
 }  // namespace swarm::protocol

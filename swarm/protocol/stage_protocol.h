@@ -13,6 +13,12 @@
 // integer tensors (tokens) always travel raw. A peer checks every request against its
 // StageSpec before any compute.
 //
+// Every stage request carries its microbatch id (the same on every retry of that
+// microbatch) and an absolute deadline, in Unix milliseconds because it crosses
+// processes: the peers and trainers of a swarm are assumed to keep their wall clocks
+// within a fraction of the timeouts of each other. A peer drops work whose deadline
+// has passed and accumulates a microbatch's backward at most once.
+//
 // Payloads are wire::EncodedTensor frames: a trainer keeps the exact bytes a stage
 // returned and passes them on (to the next stage, and again with the backward), so a
 // recomputed forward on any peer sees bit-identical input and nothing is re-encoded.
@@ -23,8 +29,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "swarm/api/codec.h"
@@ -54,7 +63,21 @@ struct StageRequest {
   wire::EncodedTensor input;
   std::optional<wire::EncodedTensor> grad_output;  // backward only
   std::optional<wire::EncodedTensor> targets;      // the last stage only
+  uint64_t microbatch_id = 0;                      // never 0 on the wire
+  int64_t deadline_unix_ms = 0;                    // never 0 on the wire
 };
+
+// A peer holds no work longer than this: a deadline further ahead is refused.
+constexpr int64_t kMaxDeadlineAheadMs = int64_t{10} * 60 * 1000;
+
+// The system clock in milliseconds since the Unix epoch.
+int64_t unix_millis_now();
+// now + seconds, in Unix milliseconds, saturating (seconds may be anything a config holds).
+int64_t unix_millis_after(int64_t now_ms, double seconds);
+
+// deadline_exceeded once `deadline_ms` is not after `now_ms`; invalid_argument when it
+// lies more than kMaxDeadlineAheadMs ahead (a hostile or broken caller). Both >= 0.
+Status check_deadline(int64_t deadline_ms, int64_t now_ms);
 
 // A request as the peer serves it: views into the received frames, checked against
 // the spec. Float tensors may still be encoded (see decode_float).
@@ -65,7 +88,43 @@ struct StageCall {
   const wire::DecodedTensor* input = nullptr;
   const wire::DecodedTensor* grad_output = nullptr;
   const wire::DecodedTensor* targets = nullptr;
+  uint64_t microbatch_id = 0;
+  int64_t deadline_unix_ms = 0;
   bool is_backward() const { return kind == wire::MessageKind::backward; }
+};
+
+// A peer's account of the backward samples its replica accepted. Every accepted
+// sample sits in exactly one of pending, in_round, stepped or a lost bucket, so
+//   samples_accumulated_total == samples_pending + samples_in_round + samples_stepped
+//                                + samples_lost_resync + samples_lost_nonfinite + samples_lost_failed_round.
+// The last three count requests, not samples.
+struct SampleLedger {
+  int64_t samples_accumulated_total = 0;  // added into the gradients, each microbatch id once
+  int64_t samples_pending = 0;            // toward the next step
+  int64_t samples_in_round = 0;           // taken by an all-reduce round not yet over
+  int64_t samples_stepped = 0;            // in a step the replica applied
+  int64_t samples_lost_resync = 0;        // dropped by a loaded state (re-sync or resume)
+  int64_t samples_lost_nonfinite = 0;     // in a step the optimizer refused
+  int64_t samples_lost_failed_round = 0;  // in a round that failed
+  int64_t backward_duplicates_refused = 0;
+  int64_t expired_dropped = 0;            // forward or backward, before or after computing
+  int64_t deadline_refused = 0;           // a deadline beyond kMaxDeadlineAheadMs
+  int64_t unaccounted() const;            // 0 when the identity above holds
+  friend bool operator==(const SampleLedger&, const SampleLedger&) = default;
+};
+
+// Every field with its name (the JSON key, in info replies and in metrics).
+inline constexpr std::pair<std::string_view, int64_t SampleLedger::*> kSampleLedgerFields[] = {
+    {"samples_accumulated_total", &SampleLedger::samples_accumulated_total},
+    {"samples_pending", &SampleLedger::samples_pending},
+    {"samples_in_round", &SampleLedger::samples_in_round},
+    {"samples_stepped", &SampleLedger::samples_stepped},
+    {"samples_lost_resync", &SampleLedger::samples_lost_resync},
+    {"samples_lost_nonfinite", &SampleLedger::samples_lost_nonfinite},
+    {"samples_lost_failed_round", &SampleLedger::samples_lost_failed_round},
+    {"backward_duplicates_refused", &SampleLedger::backward_duplicates_refused},
+    {"expired_dropped", &SampleLedger::expired_dropped},
+    {"deadline_refused", &SampleLedger::deadline_refused},
 };
 
 struct StageReply {
@@ -92,21 +151,41 @@ wire::EncodedTensor raw_tensor(const Tensor& tensor);
 
 Result<wire::Frames> encode_request(const StageRequest& request, int stage, CodecId reply_codec);
 
-// Checks kind, tensor count, dtypes, ranks, fixed dims, codecs and that targets and
-// grad_output match the input's batch, before the peer computes anything.
-// invalid_argument names the first mismatch.
+// Checks kind, tensor count, dtypes, ranks, fixed dims, codecs, that targets and
+// grad_output match the input's batch, and that a microbatch id and a deadline are
+// present, before the peer computes anything (the deadline's value is for
+// check_deadline). invalid_argument names the first mismatch.
 Result<StageCall> check_request(const wire::DecodedMessage& message, const StageSpec& spec);
 
 Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageReply& reply);
 
 // The `info` exchange: a peer answers with its StageSpec (as a JSON u8 tensor), so a
-// trainer or tool can check what a stage takes and sends before routing to it.
+// trainer or tool can check what a stage takes and sends before routing to it, and
+// with its SampleLedger, so a run can account for every sample.
+// What a peer refused or dropped, by name: every attack a hostile caller tries
+// shows up in one of these (validation, spec checks, all-reduce parts, states,
+// registry records, a full server queue).
+using RefusalCounts = std::map<std::string, int64_t>;
+// An info reply carries at most this many refusal counters.
+constexpr size_t kMaxRefusalCounters = 64;
+
+struct PeerInfo {
+  StageSpec spec;
+  std::optional<SampleLedger> samples;
+  RefusalCounts refusals;
+};
 Result<wire::Frames> encode_info_request(int stage);
-Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec);
+Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec,
+                                       const SampleLedger* samples = nullptr,
+                                       const RefusalCounts* refusals = nullptr);
 // From an untrusted peer: every field type- and range-checked.
 Result<StageSpec> parse_info_reply(const wire::Frames& frames, const wire::Limits& limits);
+Result<PeerInfo> parse_peer_info(const wire::Frames& frames, const wire::Limits& limits);
 std::string spec_to_json(const StageSpec& spec);
 Result<StageSpec> spec_from_json(std::string_view text);
+std::string ledger_to_json(const SampleLedger& ledger);
+// Every field a non-negative integer; unknown fields are ignored.
+Result<SampleLedger> ledger_from_json(std::string_view text);
 
 // The trainer's side: the reply's tensors, sharing the received frames.
 // has_loss: the request went to the stage that takes targets.

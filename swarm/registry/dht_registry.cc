@@ -1,5 +1,7 @@
 #include "swarm/registry/dht_registry.h"
 
+#include <atomic>
+#include <functional>
 #include <algorithm>
 #include <bit>
 #include <condition_variable>
@@ -103,6 +105,9 @@ std::optional<Packed> unpack(const dht::Blob& data) {
 
 // The subkey picks the DHT value id, so a re-announcement overwrites the same
 // slot on the storage nodes instead of piling up beside the old one.
+constexpr dht::ValueType::Id kRecordTypeId = 0x5357;
+constexpr size_t kMaxValuesPerGet = 4096;
+
 dht::Value::Id value_id(const std::string& subkey) {
   dht::InfoHash h = dht::InfoHash::get("swarm/registry/subkey/" + subkey);
   uint64_t id = 0;
@@ -112,24 +117,32 @@ dht::Value::Id value_id(const std::string& subkey) {
 
 // OpenDHT refuses by default to overwrite a stored unsigned value with one of
 // the same id; this type allows it when the newcomer is the newer announcement,
-// so an old copy cannot be replayed over a fresh one.
-const dht::ValueType& record_type() {
-  static const dht::ValueType type(
-      0x5357, "swarm registry record",
+// so an old copy cannot be replayed over a fresh one. `admissible` is the
+// node's own check of a value (its timestamps, and its seal in a secured swarm),
+// so a node stores nothing it would refuse to read.
+using Admissible = std::function<bool(const dht::InfoHash&, const Packed&)>;
+
+dht::ValueType make_record_type(Admissible admissible) {
+  return dht::ValueType(
+      kRecordTypeId, "swarm registry record",
       std::chrono::seconds(static_cast<int64_t>(DhtRegistry::kDhtLifetimeSeconds)),
-      [](dht::InfoHash key, std::shared_ptr<dht::Value>& value, const dht::InfoHash& from,
-         const dht::SockAddr& addr) {
-        return dht::ValueType::DEFAULT_STORE_POLICY(key, value, from, addr) &&
-               unpack(value->data).has_value();
+      [admissible](dht::InfoHash key, std::shared_ptr<dht::Value>& value, const dht::InfoHash& from,
+                   const dht::SockAddr& addr) {
+        if (!dht::ValueType::DEFAULT_STORE_POLICY(key, value, from, addr)) return false;
+        auto packed = unpack(value->data);
+        return packed.has_value() && admissible(key, *packed);
       },
-      [](dht::InfoHash, const std::shared_ptr<dht::Value>& old_value,
-         std::shared_ptr<dht::Value>& new_value, const dht::InfoHash&, const dht::SockAddr&) {
+      [admissible](dht::InfoHash key, const std::shared_ptr<dht::Value>& old_value,
+                   std::shared_ptr<dht::Value>& new_value, const dht::InfoHash&, const dht::SockAddr&) {
         auto fresh = unpack(new_value->data);
-        if (!fresh || new_value->size() > dht::MAX_VALUE_SIZE) return false;
+        if (!fresh || new_value->size() > dht::MAX_VALUE_SIZE || !admissible(key, *fresh)) return false;
         auto stored = unpack(old_value->data);
         return !stored || fresh->seq >= stored->seq;
       });
-  return type;
+}
+
+StoredRecord stored_record(const dht::InfoHash& key, const Packed& p) {
+  return StoredRecord{key.toString(), p.subkey, p.seq, p.expires_at, p.value};
 }
 
 Result<dht::SockAddr> parse_ipv4(const std::string& host, uint16_t port) {
@@ -172,6 +185,31 @@ struct DhtRegistry::Impl {
   dht::DhtRunner runner;
   std::mutex seq_mutex;
   uint64_t last_seq = 0;
+  std::atomic<uint64_t> untimely{0};
+  std::atomic<uint64_t> refused_seals{0};
+
+  // A value's timestamps must be plausible: a sequence (wall-clock ns) from the
+  // future would outrank every honest re-announcement, and an expiry beyond the
+  // DHT's own lifetime would outlive its announcer.
+  bool timely(const Packed& p) {
+    const double now = DhtRegistry::system_seconds();
+    const double skew = options.max_clock_skew_seconds;
+    const bool ok = static_cast<double>(p.seq) <= (now + skew) * 1e9 &&
+                    p.expires_at <= now + DhtRegistry::kDhtLifetimeSeconds + skew;
+    if (!ok) untimely.fetch_add(1, std::memory_order_relaxed);
+    return ok;
+  }
+  // The announced value, or nothing when the value is refused (and counted).
+  std::optional<std::string> open(const dht::InfoHash& key, const Packed& p) {
+    if (!timely(p)) return std::nullopt;
+    if (!options.sealer) return p.value;
+    auto opened = options.sealer.open(stored_record(key, p));
+    if (!opened.is_ok()) {
+      refused_seals.fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
+    }
+    return std::move(opened).value();
+  }
 
   // Wall-clock nanoseconds, forced upward so two announcements from this node
   // within one clock tick (or across a clock step back) still order correctly.
@@ -241,7 +279,10 @@ Result<DhtRegistry> DhtRegistry::start(uint16_t port, std::vector<std::string> b
     impl->runner.run(config, std::move(context));
     // The runner keeps its types in the node run() creates; register before
     // bootstrapping so no record arrives under the default no-edit policy.
-    impl->runner.registerType(record_type());
+    impl->runner.registerType(
+        make_record_type([state = impl.get()](const dht::InfoHash& key, const Packed& p) {
+          return state->open(key, p).has_value();
+        }));
     if (impl->runner.getBoundPort(AF_INET) == 0) {
       impl->runner.join();
       return unavailable("OpenDHT could not bind {}:{}", options.bind_address, port);
@@ -272,19 +313,26 @@ Status DhtRegistry::wait_connected(std::chrono::milliseconds within) {
                            within.count());
 }
 
+uint64_t DhtRegistry::untimely_records() const { return impl_->untimely.load(); }
+uint64_t DhtRegistry::refused_seals() const { return impl_->refused_seals.load(); }
+
 uint16_t DhtRegistry::port() const { return impl_->runner.getBoundPort(AF_INET); }
 
 Status DhtRegistry::put(const std::string& key, const std::string& subkey, std::string value,
                         double expires_at) {
+  const dht::InfoHash hash = dht::InfoHash::get(key);
   Packed packed{impl_->next_seq(), expires_at, subkey, std::move(value)};
+  if (impl_->options.sealer) {
+    SWARM_ASSIGN_OR_RETURN(packed.value, impl_->options.sealer.seal(stored_record(hash, packed)));
+  }
   dht::Blob data = pack(packed);
   if (data.size() > dht::MAX_VALUE_SIZE) {
     return invalid_argument("registry record of {} bytes exceeds OpenDHT's {} byte limit",
                             data.size(), dht::MAX_VALUE_SIZE);
   }
   try {
-    auto v = std::make_shared<dht::Value>(record_type().id, std::move(data), value_id(subkey));
-    impl_->runner.put(dht::InfoHash::get(key), std::move(v), dht::DoneCallbackSimple{},
+    auto v = std::make_shared<dht::Value>(kRecordTypeId, std::move(data), value_id(subkey));
+    impl_->runner.put(hash, std::move(v), dht::DoneCallbackSimple{},
                       dht::time_point::max(), /*permanent=*/false);
   } catch (const std::exception& e) {
     return internal("OpenDHT put of '{}'/'{}': {}", key, subkey, e.what());
@@ -313,13 +361,17 @@ Result<std::vector<Record>> DhtRegistry::get(const std::string& key) {
   };
   auto pending = std::make_shared<Pending>();
   auto deadline = std::chrono::steady_clock::now() + impl_->options.get_timeout;
+  const dht::InfoHash hash = dht::InfoHash::get(key);
   try {
     impl_->runner.get(
-        dht::InfoHash::get(key),
+        hash,
         dht::GetCallback([pending](const std::vector<std::shared_ptr<dht::Value>>& values) {
+          // Anyone may flood a key: what one get holds is bounded, and it stops there.
           std::lock_guard lock(pending->mutex);
-          pending->values.insert(pending->values.end(), values.begin(), values.end());
-          return true;
+          const size_t room = kMaxValuesPerGet - std::min(kMaxValuesPerGet, pending->values.size());
+          pending->values.insert(pending->values.end(), values.begin(),
+                                 values.begin() + static_cast<std::ptrdiff_t>(std::min(room, values.size())));
+          return pending->values.size() < kMaxValuesPerGet;
         }),
         dht::DoneCallbackSimple([pending](bool ok) {
           {
@@ -329,7 +381,7 @@ Result<std::vector<Record>> DhtRegistry::get(const std::string& key) {
           }
           pending->changed.notify_all();
         }),
-        dht::Value::TypeFilter(record_type().id));
+        dht::Value::TypeFilter(kRecordTypeId));
   } catch (const std::exception& e) {
     return internal("OpenDHT get of '{}': {}", key, e.what());
   }
@@ -355,6 +407,9 @@ Result<std::vector<Record>> DhtRegistry::get(const std::string& key) {
     if (!v) continue;
     auto p = unpack(v->data);
     if (!p) continue;
+    auto opened = impl_->open(hash, *p);
+    if (!opened) continue;
+    p->value = std::move(*opened);
     auto [it, inserted] = newest.try_emplace(p->subkey, *p);
     if (!inserted && (p->seq > it->second.seq ||
                       (p->seq == it->second.seq && p->expires_at > it->second.expires_at))) {

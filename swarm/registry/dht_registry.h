@@ -38,6 +38,12 @@ struct DhtRegistryOptions {
   // Every node of a loopback swarm shares one source address, which OpenDHT's
   // per-address rate limit would treat as one abusive peer.
   bool per_address_rate_limit = true;
+  // Values whose sequence (wall-clock) lies further ahead than this, or whose
+  // expiry lies beyond the DHT lifetime plus this, are refused and counted.
+  double max_clock_skew_seconds = 60.0;
+  // Secured swarms: every value is sealed on put, and a value whose seal does not
+  // open is neither stored by this node nor returned by get (and is counted).
+  RecordSealer sealer;
 };
 
 class DhtRegistry {
@@ -79,6 +85,11 @@ class DhtRegistry {
   Status wait_connected(std::chrono::milliseconds within);
 
   static double system_seconds();
+
+  // Values refused so far, by this node's gets and its storage alike: with
+  // implausible timestamps, and (secured swarms) unsigned or forged.
+  uint64_t untimely_records() const;
+  uint64_t refused_seals() const;
 
  private:
   struct Impl;

@@ -12,6 +12,12 @@
 // microbatch ends in the ledger as completed or abandoned (with a reason):
 // nothing is silently lost. Many threads may run microbatches at once.
 //
+// Each microbatch has an id, a random per-trainer nonce plus the trainer's
+// microbatch counter, which every request of it carries (retries included), so a
+// peer accumulates its backward at most once. Each attempt also carries a deadline
+// a little before the trainer stops waiting: a peer that accepts the work in time
+// has that margin to get its reply back before the hop is retried elsewhere.
+//
 //   swarm::Trainer<StochasticWiringRouter, ZmqTransport, DhtRegistry, StandardCodecs> trainer(config, routers, &registry);
 //   MicrobatchOutcome outcome = trainer.run_microbatch(tokens, targets);
 #pragma once
@@ -21,8 +27,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -32,6 +41,7 @@
 #include "swarm/api/router.h"
 #include "swarm/api/transport.h"
 #include "swarm/core/log.h"
+#include "swarm/core/random.h"
 #include "swarm/protocol/client_cache.h"
 #include "swarm/protocol/records.h"
 #include "swarm/protocol/stage_protocol.h"
@@ -76,6 +86,7 @@ struct Ledger {
   int64_t completed = 0;
   int64_t abandoned = 0;
   int64_t retries = 0;
+  int64_t samples_completed = 0;  // rows of the completed microbatches: what each stage should have accumulated
   std::vector<std::string> abandon_reasons;
 };
 
@@ -94,11 +105,19 @@ struct ServedCounts {
   int64_t failures = 0;
 };
 
+// A peer's `info` answer as a run's report wants it.
+struct PeerInfoReport {
+  std::string peer;
+  int stage = 0;
+  Result<protocol::PeerInfo> info = unavailable("not asked");
+};
+
 template <Router Rt, Transport T, Registry R, CodecTable Codecs>
 class Trainer {
  public:
   Trainer(TrainerConfig config, std::vector<Rt> routers, R* registry)
-      : config_(std::move(config)), registry_(registry), started_at_(Clock::now()), clients_(config_.client) {
+      : config_(std::move(config)), registry_(registry), started_at_(Clock::now()),
+        microbatch_nonce_(draw_nonce(config_.trainer_id)), clients_(config_.client) {
     for (auto& router : routers) stages_.push_back(std::make_unique<StageState>(std::move(router)));
   }
 
@@ -113,6 +132,7 @@ class Trainer {
     ledger_.retries += outcome.retries;
     if (outcome.completed) {
       ++ledger_.completed;
+      ledger_.samples_completed += tokens.shape().rank() > 0 ? tokens.shape()[0] : 1;
     } else {
       ++ledger_.abandoned;
       ledger_.abandon_reasons.push_back(outcome.abandon_reason);
@@ -129,6 +149,9 @@ class Trainer {
     std::lock_guard lock(ledger_mu_);
     return ledger_;
   }
+
+  // Registry records refused so far: malformed, out of range, or for another stage.
+  int64_t bad_records() const { return bad_records_.load(); }
 
   std::map<std::string, ServedCounts> served() const {
     std::lock_guard lock(served_mu_);
@@ -156,7 +179,7 @@ class Trainer {
     std::string address;
     {
       std::lock_guard lock(stage.mu);
-      if (!stage.addresses.empty()) address = stage.addresses.begin()->second;
+      if (!stage.addresses.empty()) address = stage.addresses.begin()->second.address;
     }
     if (address.empty()) return unavailable("stage {} has no peers", index);
     auto client = client_for(address);
@@ -184,6 +207,33 @@ class Trainer {
     return Status::ok();
   }
 
+  // Asks every given peer (id, stage, address) for its info at once; a peer that
+  // does not answer by the deadline has an error there.
+  std::vector<PeerInfoReport> peer_infos(const std::vector<std::tuple<std::string, int, std::string>>& peers,
+                                         double timeout_seconds) {
+    const Deadline deadline = deadline_after(timeout_seconds);
+    std::vector<PeerInfoReport> reports;
+    std::vector<std::optional<Call>> calls;
+    for (const auto& [id, stage, address] : peers) {
+      reports.push_back({id, stage});
+      calls.emplace_back();
+      auto client = client_for(address);
+      auto request = protocol::encode_info_request(stage);
+      if (!client || !request.is_ok()) {
+        reports.back().info = client ? request.status() : unavailable("cannot connect to {}", address);
+        continue;
+      }
+      calls.back() = client->call(std::move(request).value(), deadline);
+    }
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (!calls[i]) continue;
+      Result<wire::Frames> reply = calls[i]->get();
+      reports[i].info = reply.is_ok() ? protocol::parse_peer_info(*reply, wire::Limits{})
+                                      : Result<protocol::PeerInfo>(reply.status());
+    }
+    return reports;
+  }
+
   // Peers each stage can use now, as the router sees them.
   std::vector<size_t> usable_peers() {
     std::vector<size_t> counts;
@@ -199,15 +249,39 @@ class Trainer {
     explicit StageState(Rt r) : router(std::move(r)) {}
     std::mutex mu;  // guards router, addresses, last_refresh
     Rt router;
-    std::map<std::string, std::string> addresses;  // peer id -> address
+    struct Known {
+      std::string address;
+      double seen = 0;  // when a record last announced it, on now()'s clock
+    };
+    std::map<std::string, Known> addresses;  // peer id -> where it serves
     double last_refresh = -1e9;
   };
 
+  // Longer than a record lives (the announce TTL), shorter than a flood takes to matter.
+  static constexpr double kForgetPeerSeconds = 60.0;
+
   double now() const { return std::chrono::duration<double>(Clock::now() - started_at_).count(); }
+
+  // Random per trainer object, so two trainers (or two runs of one) never share ids.
+  static uint64_t draw_nonce(const std::string& trainer_id) {
+    std::random_device device;
+    const uint64_t drawn = (static_cast<uint64_t>(device()) << 32) ^ device();
+    const uint64_t time = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    return SplitMix64(drawn ^ time ^ std::hash<std::string>{}(trainer_id)).next();
+  }
+
+  // Unique per microbatch of this trainer: the counter never repeats, and 0 (no id) is skipped.
+  uint64_t next_microbatch_id() {
+    while (true) {
+      const uint64_t id = microbatch_nonce_ + next_microbatch_.fetch_add(1);
+      if (id != 0) return id;
+    }
+  }
 
   MicrobatchOutcome run(const Tensor& tokens, const Tensor& targets, bool backward) {
     MicrobatchOutcome outcome;
     const int last = config_.num_stages - 1;
+    const uint64_t microbatch = next_microbatch_id();
     const int64_t batch = tokens.shape().rank() > 0 ? tokens.shape()[0] : 1;
     auto first = protocol::encode_floats<Codecs>(tokens, config_.codec);
     if (!first.is_ok()) return abandon(outcome, 0, "forward", first.status());
@@ -216,13 +290,14 @@ class Trainer {
     inputs[0] = std::move(first).value();
     const wire::EncodedTensor labels = protocol::raw_tensor(targets);
     for (int s = 0; s < last; ++s) {
-      auto reply = call_stage(s, make_request(wire::MessageKind::forward, inputs[s]), batch, &outcome);
+      auto reply = call_stage(s, make_request(wire::MessageKind::forward, microbatch, inputs[s]), batch, &outcome);
       if (!reply.is_ok()) return abandon(outcome, s, "forward", reply.status());
       if (!reply->tensor) return abandon(outcome, s, "forward", internal("the reply carries no output"));
       inputs[s + 1] = std::move(*reply->tensor);
     }
     if (!backward) {
-      auto reply = call_stage(last, make_request(wire::MessageKind::forward, inputs[last], {}, labels), batch, &outcome);
+      auto reply = call_stage(last, make_request(wire::MessageKind::forward, microbatch, inputs[last], {}, labels),
+                              batch, &outcome);
       if (!reply.is_ok()) return abandon(outcome, last, "forward", reply.status());
       outcome.loss = *reply->loss;
       outcome.completed = true;
@@ -234,7 +309,7 @@ class Trainer {
     d_loss.data<float>()[0] = 1.0f;
     wire::EncodedTensor grad = protocol::raw_tensor(d_loss);
     for (int s = last; s >= 0; --s) {
-      auto request = make_request(wire::MessageKind::backward, inputs[s], grad,
+      auto request = make_request(wire::MessageKind::backward, microbatch, inputs[s], grad,
                                   s == last ? std::optional(labels) : std::nullopt);
       auto reply = call_stage(s, std::move(request), batch, &outcome);
       if (!reply.is_ok()) return abandon(outcome, s, "backward", reply.status());
@@ -249,10 +324,11 @@ class Trainer {
     return outcome;
   }
 
-  protocol::StageRequest make_request(wire::MessageKind kind, const wire::EncodedTensor& input,
+  protocol::StageRequest make_request(wire::MessageKind kind, uint64_t microbatch, const wire::EncodedTensor& input,
                                       std::optional<wire::EncodedTensor> grad_output = std::nullopt,
                                       std::optional<wire::EncodedTensor> targets = std::nullopt) {
-    return protocol::StageRequest{kind, next_request_.fetch_add(1), input, std::move(grad_output), std::move(targets)};
+    return protocol::StageRequest{kind,      next_request_.fetch_add(1), input, std::move(grad_output),
+                                  std::move(targets), microbatch};
   }
 
   MicrobatchOutcome abandon(MicrobatchOutcome outcome, int stage, const char* what, const Status& status) {
@@ -278,13 +354,20 @@ class Trainer {
     std::vector<std::pair<std::string, std::string>> addresses;
     for (const auto& record : *records) {
       auto announcement = PeerAnnouncementRecord::from_json(record.value);
-      if (!announcement.is_ok()) continue;
+      if (!announcement.is_ok() || announcement->stage != index) {
+        bad_records_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       addresses.emplace_back(announcement->peer_id, announcement->address);
       peers.push_back({announcement->peer_id, record.expires_at, announcement->queue_length});
     }
+    const double t = now();
     std::lock_guard lock(stage.mu);
-    for (auto& [id, address] : addresses) stage.addresses[id] = address;
-    stage.router.set_peers(peers, now());
+    for (auto& [id, address] : addresses) stage.addresses[id] = {address, t};
+    // Peers gone for longer than any record lives are forgotten, so announcements
+    // under ever-new ids cannot grow the map without bound.
+    std::erase_if(stage.addresses, [&](const auto& entry) { return t - entry.second.seen > kForgetPeerSeconds; });
+    stage.router.set_peers(peers, t);
   }
 
   std::shared_ptr<typename T::client_type> client_for(const std::string& address) { return clients_.get(address); }
@@ -308,7 +391,7 @@ class Trainer {
     StageState& stage = *stages_[index];
     const TaskKind kind = message.kind == wire::MessageKind::forward ? TaskKind::forward : TaskKind::backward;
     const double give_up_at = now() + config_.abandon_after_seconds;
-    SWARM_ASSIGN_OR_RETURN(wire::Frames request, protocol::encode_request(message, index, config_.codec));
+    SWARM_RETURN_IF_ERROR(protocol::encode_request(message, index, config_.codec).status());  // before any peer
     const Hop hop{index, kind, batch, message.targets.has_value(), protocol::volume_of(message)};
     std::vector<std::string> tried;
     Status last_error = unavailable("stage {} has no peers", index);
@@ -328,7 +411,7 @@ class Trainer {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
-      Result<protocol::StageReply> reply = call_peer(stage, hop, peer->first, peer->second, request);
+      Result<protocol::StageReply> reply = call_peer(stage, hop, peer->first, peer->second, message);
       if (reply.is_ok()) return reply;
       // A bad request is our fault, not the peer's: retrying elsewhere cannot help.
       if (reply.status().code() == StatusCode::invalid_argument) return reply.status();
@@ -352,20 +435,30 @@ class Trainer {
     std::lock_guard lock(stage.mu);
     std::optional<std::string> peer = stage.router.choose(kind, batch, now(), tried);
     if (!peer) return std::nullopt;
-    return std::make_pair(*peer, stage.addresses[*peer]);
+    auto known = stage.addresses.find(*peer);
+    return std::make_pair(*peer, known == stage.addresses.end() ? std::string() : known->second.address);
   }
 
-  // One attempt at one peer; its outcome goes to the router, the counts and the events.
+  // The peer's deadline leaves this much of the timeout for its reply to come back.
+  static double reply_margin_seconds(double timeout) { return std::min(1.0, 0.25 * timeout); }
+
+  // One attempt at one peer, with its own deadline; its outcome goes to the router,
+  // the counts and the events.
   Result<protocol::StageReply> call_peer(StageState& stage, const Hop& hop, const std::string& peer,
-                                         const std::string& address, const wire::Frames& request) {
+                                         const std::string& address, protocol::StageRequest message) {
     auto client = client_for(address);
     const double timeout = hop.kind == TaskKind::forward ? config_.forward_timeout_seconds
                                                          : config_.backward_timeout_seconds;
     const double started = now();
+    const Deadline wait_until = deadline_after(timeout);
+    message.deadline_unix_ms =
+        protocol::unix_millis_after(protocol::unix_millis_now(), timeout - reply_margin_seconds(timeout));
     Result<wire::Frames> frames = unavailable("cannot connect to {}", address);
     if (client) {
+      auto request = protocol::encode_request(message, hop.stage, config_.codec);
+      if (!request.is_ok()) return request.status();  // checked before the first attempt: not the peer's doing
       count_volume(hop.request_volume);
-      frames = client->call(request, deadline_after(timeout)).get();
+      frames = client->call(std::move(request).value(), wait_until).get();
     }
     const double duration = now() - started;
     Result<protocol::StageReply> reply =
@@ -400,10 +493,13 @@ class Trainer {
   Clock::time_point started_at_;
   std::vector<std::unique_ptr<StageState>> stages_;
   std::atomic<uint64_t> next_request_{1};
+  const uint64_t microbatch_nonce_;
+  std::atomic<uint64_t> next_microbatch_{0};
   std::atomic<int64_t> wire_values_{0};
   std::atomic<int64_t> wire_bytes_{0};
 
   ClientCache<T> clients_;
+  std::atomic<int64_t> bad_records_{0};
   mutable std::mutex ledger_mu_;
   Ledger ledger_;
   mutable std::mutex served_mu_;

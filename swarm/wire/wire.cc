@@ -121,6 +121,9 @@ std::optional<Rejected> decode_into(const std::vector<std::string_view>& frames,
     return fail(Rejection::bad_header,
                 invalid_argument("{} unexpected bytes after the message header", buffer.remaining()));
   }
+  if (header.deadline_unix_ms < 0) {
+    return fail(Rejection::bad_header, invalid_argument("negative deadline {}", header.deadline_unix_ms));
+  }
   if (header.reply_codec > kMaxCodecCode) {
     return fail(Rejection::bad_dtype, invalid_argument("unknown reply codec {}", static_cast<unsigned>(header.reply_codec)));
   }

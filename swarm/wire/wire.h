@@ -32,7 +32,7 @@
 
 namespace swarm::wire {
 
-constexpr uint16_t kWireVersion = 2;  // 2: reply_codec
+constexpr uint16_t kWireVersion = 3;  // 2: reply_codec; 3: microbatch_id, deadline_unix_ms
 
 enum class MessageKind : uint8_t {
   forward = 0,
@@ -105,12 +105,18 @@ struct MessageHeader {
   uint16_t error_code = 0;
   // Requests: the codec the caller wants float tensors of the reply in.
   uint8_t reply_codec = 0;
+  // Stage requests: which microbatch this is (retries of it keep the id, so a peer
+  // can refuse to accumulate it twice) and when the caller stops waiting, in
+  // milliseconds since the Unix epoch (it crosses processes; 0: none). Never negative.
+  uint64_t microbatch_id = 0;
+  int64_t deadline_unix_ms = 0;
   std::string error_text;
   std::vector<TensorHeader> tensors;
 
   template <class Archive>
   void save(Archive& archive) const {
     archive(version, static_cast<uint8_t>(kind), stage, request_id, error_code, reply_codec);
+    archive(microbatch_id, deadline_unix_ms);
     archive(static_cast<uint32_t>(error_text.size()));
     archive(cereal::binary_data(error_text.data(), error_text.size()));
     archive(static_cast<uint32_t>(tensors.size()));
@@ -124,6 +130,7 @@ struct MessageHeader {
     if (version != kWireVersion) return;
     uint8_t kind_code = 0;
     archive(kind_code, stage, request_id, error_code, reply_codec);
+    archive(microbatch_id, deadline_unix_ms);
     kind = static_cast<MessageKind>(kind_code);  // range-checked by the decoder
     uint32_t text_size = 0;
     archive(text_size);
@@ -207,7 +214,7 @@ struct EncodedTensor {
 Result<Frames> encode_message_payloads(const MessageHeader& header, std::span<const EncodedTensor> tensors);
 
 // Checks everything before trusting it (see wire.cc for the order). Errors:
-//   invalid_argument    malformed header, kind, dtype, codec, shape, frame count
+//   invalid_argument    malformed header (a negative deadline too), kind, dtype, codec, shape, frame count
 //                       or size, NaN/Inf in a floating payload (names the tensor);
 //   unimplemented       another wire version;
 //   resource_exhausted  a Limits bound exceeded;

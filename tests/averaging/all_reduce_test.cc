@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <regex>
 #include <thread>
 
 #include <doctest/doctest.h>
@@ -16,6 +17,8 @@
 #include "swarm/averaging/all_reduce.h"
 #include "swarm/compression/codecs.h"
 #include "transports/inproc/inproc_transport.h"
+#include "transports/zmq/curve_keys.h"
+#include "transports/zmq/zmq_transport.h"
 #include "swarm/protocol/validating_handler.h"
 
 namespace swarm {
@@ -72,13 +75,13 @@ struct Member {
     REQUIRE(bound.is_ok());
     server.emplace(std::move(bound).value());
     REQUIRE(server->serve(validating_handler(wire::Limits{}, counters,
-                                             [this](const PeerIdentity&, const wire::DecodedMessage& m) {
+                                             [this](const PeerIdentity& from, const wire::DecodedMessage& m) {
                                                if (m.header.kind == wire::MessageKind::ping) {
                                                  wire::MessageHeader h;
                                                  h.kind = wire::MessageKind::result;
                                                  return *wire::encode_message(h, {});
                                                }
-                                               Status s = inbox.deliver<StandardCodecs>(m, codec);
+                                               Status s = inbox.deliver<StandardCodecs>(m, codec, from);
                                                if (!s.is_ok()) return wire::make_error_reply(0, 0, s);
                                                wire::MessageHeader h;
                                                h.kind = wire::MessageKind::result;
@@ -87,7 +90,11 @@ struct Member {
                 .is_ok());
   }
   std::string address() const { return "inproc://allreduce-" + id; }
+  // Its inbox takes parts for rounds of `step` (and the next).
+  void at_step(int64_t step) { inbox.finish_step(step - 1); }
 };
+
+const PeerIdentity kPlaintext{};  // what a transport without CURVE authenticates
 
 std::vector<float> gradient_of(int member, int64_t size) {
   std::vector<float> g(static_cast<size_t>(size));
@@ -102,6 +109,7 @@ TEST_CASE("three members with different weights end bit-identical, at the weight
   std::vector<AllReduceMember> group;
   for (auto& m : members) group.push_back({m->id, m->address()});
   const std::vector<double> weights{8, 16, 24};
+  for (auto& m : members) m->at_step(7);
   AllReduceConfig config;
   config.max_chunk_elements = 100;
   config.part_timeout_seconds = 5;
@@ -194,6 +202,7 @@ TEST_CASE("of two members, the one left alone drops the round instead of steppin
   std::vector<AllReduceMember> group;
   for (auto& m : members) group.push_back({m->id, m->address()});
   members[1]->server->stop();  // gone before the round: its stage-mate cannot know if it stalled or died
+  members[0]->at_step(5);
   AllReduceConfig config;
   config.part_timeout_seconds = 0.2;
   config.ping_timeout_seconds = 0.1;
@@ -214,28 +223,329 @@ TEST_CASE("a group of one returns its own mean at once") {
   CHECK(r->averaged == g);
 }
 
-TEST_CASE("the inbox refuses malformed parts and parts of finished steps") {
-  AllReduceInbox inbox;
-  std::vector<float> values{1, 2};
-  auto frames = all_reduce_detail::encode_part(0, 42, 3, 0, 0, 0, 1, "x", 2.0, 7, values);
-  REQUIRE(frames.is_ok());
-  auto decoded = wire::decode_message(frames->views(), wire::Limits{});
-  REQUIRE(decoded.is_ok());
-  CHECK(inbox.deliver(*decoded).is_ok());
-  CHECK(inbox.size() == 1);
-  inbox.finish_step(3);
-  CHECK(inbox.size() == 0);
-  CHECK(inbox.deliver(*decoded).code() == StatusCode::failed_precondition);
-  auto negative = all_reduce_detail::encode_part(0, 42, 9, 0, 0, 0, 1, "x", -1.0, 7, values);
-  auto bad = wire::decode_message(negative->views(), wire::Limits{});
-  CHECK(inbox.deliver(*bad).code() == StatusCode::invalid_argument);
-}
-
-// ---- Codecs: the parts travel encoded; the replicas stay bit-identical. ----
-
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
+
+// ---- The inbox: only the current and the next step, no duplicates, bounded. ----
+
+// One raw-f32 part, decoded as a server would hand it over; keeps its frames alive.
+struct WirePart {
+  wire::Frames frames;
+  wire::DecodedMessage message;
+};
+
+WirePart make_part(uint64_t digest, int64_t step, int phase, int part, int chunk, int from, const std::string& sender,
+                   double weight, std::vector<float> values) {
+  WirePart out;
+  auto frames = all_reduce_detail::encode_part(0, digest, step, phase, part, chunk, from, sender, weight, 7, values);
+  REQUIRE(frames.is_ok());
+  out.frames = std::move(frames).value();
+  auto decoded = wire::decode_message(out.frames.views(), wire::Limits{});
+  REQUIRE(decoded.is_ok());
+  out.message = std::move(decoded).value();
+  return out;
+}
+
+// The same part with its control JSON replaced by `text` (kept alive by the caller).
+wire::DecodedMessage with_meta(const WirePart& part, const std::string& text) {
+  wire::DecodedMessage m = part.message;
+  m.tensors[0].payload = text;
+  m.tensors[0].shape = Shape{static_cast<int64_t>(text.size())};
+  return m;
+}
+
+TEST_CASE("the inbox keeps the current and the next step only: far-future and stale parts are refused, counted") {
+  AllReduceInbox inbox;
+  inbox.finish_step(4);  // this peer is in step 5
+  CHECK(inbox.deliver(make_part(1, 5, 0, 0, 0, 1, "x", 2, {1, 2}).message, kPlaintext).is_ok());
+  CHECK(inbox.deliver(make_part(2, 6, 0, 0, 0, 1, "x", 2, {1, 2}).message, kPlaintext).is_ok());  // a mate a step ahead
+  Status far = inbox.deliver(make_part(3, 7, 0, 0, 0, 1, "x", 2, {1, 2}).message, kPlaintext);
+  CHECK(far.code() == StatusCode::out_of_range);
+  // A step that would wrap any sum with the finished step: refused the same way.
+  CHECK(inbox.deliver(make_part(4, INT64_MAX, 0, 0, 0, 1, "x", 2, {1}).message, kPlaintext).code() ==
+        StatusCode::out_of_range);
+  CHECK(inbox.counters().far_future == 2);
+  CHECK(inbox.size() == 2);
+  CHECK(inbox.values_held() == 4);
+
+  inbox.finish_step(5);  // now in step 6: step 5's parts go, step 7 is the next one
+  CHECK(inbox.size() == 1);
+  CHECK(inbox.values_held() == 2);
+  CHECK(inbox.deliver(make_part(1, 5, 0, 0, 0, 1, "x", 2, {1, 2}).message, kPlaintext).code() ==
+        StatusCode::failed_precondition);
+  CHECK(inbox.counters().stale == 1);
+  CHECK(inbox.deliver(make_part(3, 7, 0, 0, 0, 1, "x", 2, {1, 2}).message, kPlaintext).is_ok());
+  CHECK(inbox.refused() == 3);
+}
+
+TEST_CASE("a duplicate part is refused, counted, and the first one kept") {
+  AllReduceInbox inbox;
+  CHECK(inbox.deliver(make_part(9, 0, 0, 0, 0, 1, "m1", 4, {1, 2, 3}).message, kPlaintext).is_ok());
+  Status again = inbox.deliver(make_part(9, 0, 0, 0, 0, 1, "m1", 4, {7, 8, 9}).message, kPlaintext);
+  CHECK(again.code() == StatusCode::already_exists);
+  CHECK(inbox.counters().duplicate == 1);
+  CHECK(inbox.size() == 1);
+  auto kept = inbox.take({9, 0, 0, 0, 1}, "m1");
+  REQUIRE(kept.has_value());
+  CHECK(kept->values == std::vector<float>{1, 2, 3});
+  // A refused duplicate still counts as delivered for a round's sender: a retry of
+  // the same group re-sends the same bytes, and the first copy is there.
+  CHECK(all_reduce_detail::delivered(Result<ReceivedMessage>(again)));
+  CHECK_FALSE(all_reduce_detail::delivered(Result<ReceivedMessage>(invalid_argument("no"))));
+}
+
+TEST_CASE("a part under a member's key sent as someone else never takes the member's place") {
+  AllReduceInbox inbox;
+  CHECK(inbox.deliver(make_part(9, 0, 0, 0, 0, 1, "intruder", 4, {100, 100}).message, kPlaintext).is_ok());
+  CHECK(inbox.deliver(make_part(9, 0, 0, 0, 0, 1, "m1", 4, {1, 2}).message, kPlaintext).is_ok());  // not a duplicate
+  auto part = inbox.take({9, 0, 0, 0, 1}, "m1");
+  REQUIRE(part.has_value());
+  CHECK(part->values == std::vector<float>{1, 2});
+  CHECK(inbox.counters().wrong_sender == 1);  // dropped with it
+  CHECK(inbox.size() == 0);
+  CHECK(inbox.values_held() == 0);
+}
+
+TEST_CASE("the inbox is bounded: past its limits parts are refused and counted, and room comes back") {
+  InboxLimits limits;
+  limits.max_parts = 3;
+  limits.max_values = 10;
+  limits.max_chunk_elements = 8;
+  limits.max_members = 4;
+  AllReduceInbox inbox(AllReduceInbox::Options{limits, nullptr, nullptr});
+  // Parts of made-up groups for an allowed step: the way mail could pile up.
+  for (uint64_t group = 1; group <= 2; ++group) {
+    CHECK(inbox.deliver(make_part(group, 0, 0, 0, 0, 1, "x", 1, std::vector<float>(4, 1.0f)).message, kPlaintext)
+              .is_ok());
+  }
+  Status too_many_values = inbox.deliver(make_part(3, 0, 0, 0, 0, 1, "x", 1, std::vector<float>(4, 1.0f)).message,
+                                         kPlaintext);
+  CHECK(too_many_values.code() == StatusCode::resource_exhausted);
+  CHECK(inbox.deliver(make_part(4, 0, 0, 0, 0, 1, "x", 1, {1.0f}).message, kPlaintext).is_ok());
+  CHECK(inbox.deliver(make_part(5, 0, 0, 0, 0, 1, "x", 1, {1.0f}).message, kPlaintext).code() ==
+        StatusCode::resource_exhausted);  // too many parts
+  CHECK(inbox.counters().full == 2);
+  CHECK(inbox.size() == 3);
+  CHECK(inbox.values_held() == 9);
+  // A chunk larger than any round sends, and indices past the group size: malformed.
+  CHECK(inbox.deliver(make_part(6, 0, 0, 0, 0, 1, "x", 1, std::vector<float>(9, 1.0f)).message, kPlaintext).code() ==
+        StatusCode::invalid_argument);
+  CHECK(inbox.deliver(make_part(6, 0, 0, 4, 0, 1, "x", 1, {1.0f}).message, kPlaintext).code() ==
+        StatusCode::invalid_argument);
+  CHECK(inbox.deliver(make_part(6, 0, 1, 2, 0, 1, "x", 1, {1.0f}).message, kPlaintext).code() ==
+        StatusCode::invalid_argument);  // phase 1 comes from the part's owner
+  CHECK(inbox.counters().malformed == 3);
+  REQUIRE(inbox.take({1, 0, 0, 0, 1}, "x").has_value());
+  CHECK(inbox.deliver(make_part(5, 0, 0, 0, 0, 1, "x", 1, {1.0f}).message, kPlaintext).is_ok());
+}
+
+TEST_CASE("inbox limits derived from the config hold an honest round and are far below the defaults") {
+  AllReduceConfig config;
+  config.max_chunk_elements = 100;
+  config.max_members = 8;
+  const InboxLimits limits = inbox_limits(1001, config, 16);
+  CHECK(limits.max_values == 8 * (1001 + 100));
+  CHECK(limits.max_parts == 8 * (1001 / 100 + 1 + 8));
+  CHECK(limits.max_chunk_elements == 100);
+  CHECK(limits.max_weight == 16);
+  // No overflow for absurd sizes.
+  const InboxLimits huge = inbox_limits(INT64_MAX, config, 16);
+  CHECK(huge.max_values == INT64_MAX);
+  CHECK(huge.max_parts <= INT32_MAX);
+}
+
+TEST_CASE("weights: negative, huge, above the global batch or not a number are refused at the door") {
+  InboxLimits limits;
+  limits.max_weight = 16;  // the global batch
+  AllReduceInbox inbox(AllReduceInbox::Options{limits, nullptr, nullptr});
+  for (double weight : {-1.0, 17.0, 1e300}) {
+    CAPTURE(weight);
+    CHECK(inbox.deliver(make_part(2, 0, 0, 0, 0, 1, "x", weight, {1}).message, kPlaintext).code() ==
+          StatusCode::invalid_argument);
+  }
+  CHECK(inbox.counters().bad_weight == 3);
+  const WirePart honest = make_part(2, 0, 0, 0, 0, 1, "x", 16, {1});
+  const std::string meta(honest.message.tensors[0].payload);
+  // JSON has no NaN or infinity: a sender's NaN is written as null, and 1e999 does
+  // not parse. Both are refused as malformed before any weight is read.
+  const std::string as_null = std::regex_replace(meta, std::regex("\"weight\":[0-9.e+]+"), "\"weight\":null");
+  const std::string as_inf = std::regex_replace(meta, std::regex("\"weight\":[0-9.e+]+"), "\"weight\":1e999");
+  REQUIRE(as_null != meta);
+  CHECK(inbox.deliver(with_meta(honest, as_null), kPlaintext).code() == StatusCode::invalid_argument);
+  CHECK(inbox.deliver(with_meta(honest, as_inf), kPlaintext).code() == StatusCode::invalid_argument);
+  CHECK(inbox.counters().malformed == 2);
+  CHECK(inbox.counters().bad_weight == 3);
+  // Fields of the wrong JSON type are refused, never truncated.
+  const std::string fractional = std::regex_replace(meta, std::regex("\"chunk\":0"), "\"chunk\":0.5");
+  REQUIRE(fractional != meta);
+  CHECK(inbox.deliver(with_meta(honest, fractional), kPlaintext).code() == StatusCode::invalid_argument);
+  CHECK(inbox.size() == 0);
+  CHECK(inbox.deliver(honest.message, kPlaintext).is_ok());  // the global batch itself is fine
+}
+
+// ---- Rounds with hostile mail: owners use only what the members themselves sent. ----
+
+TEST_CASE("an owner leaves out a contribution weighing more than its sender published; all end bit-identical") {
+  const int64_t size = 900;
+  std::vector<std::unique_ptr<Member>> members;
+  for (const char* id : {"w0", "w1", "w2"}) members.push_back(std::make_unique<Member>(id));
+  // As StageSync builds it: each member capped by the samples it published on joining.
+  std::vector<AllReduceMember> group;
+  const std::vector<double> published{16, 16, 8};
+  for (int i = 0; i < 3; ++i) group.push_back({members[i]->id, members[i]->address(), 0, published[i]});
+  const std::vector<double> claimed{16, 16, 24};  // w2 claims three times what it published
+  AllReduceConfig config;
+  config.max_chunk_elements = 100;  // three chunks a part
+  std::vector<std::vector<float>> gradients;
+  for (int i = 0; i < 3; ++i) gradients.push_back(gradient_of(i, size));
+  std::vector<std::future<Result<AllReduceResult>>> futures;
+  for (int i = 0; i < 3; ++i) {
+    futures.push_back(std::async(std::launch::async, [&, i] {
+      AllReduceRound round{0, 0, members[i]->id, group, claimed[i], 0x5};
+      return butterfly_all_reduce<StandardCodecs>(members[i]->clients, members[i]->inbox, round, gradients[i], config);
+    }));
+  }
+  std::vector<AllReduceResult> out;
+  for (auto& f : futures) {
+    auto got = f.get();
+    REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
+    out.push_back(std::move(got).value());
+  }
+  CHECK(same_bits(out[1].averaged, out[0].averaged));
+  CHECK(same_bits(out[2].averaged, out[0].averaged));
+  // The parts w0 and w1 own are the mean of w0 and w1 alone; w2's own part is its
+  // owner's to compute, as every part is.
+  const auto parts = split_evenly(size, 3);
+  for (int64_t k = parts[0].begin; k < parts[1].end; ++k) {
+    INFO("element " << k);
+    CHECK(out[0].averaged[k] == doctest::Approx(0.5 * (gradients[0][k] + gradients[1][k])).epsilon(1e-6));
+  }
+  CHECK(members[0]->inbox.counters().over_published == 3);  // one per chunk of w0's part
+  CHECK(members[1]->inbox.counters().over_published == 3);
+  CHECK(members[2]->inbox.counters().over_published == 0);
+  for (auto& m : members) CHECK(m->inbox.refused() == 0);
+}
+
+TEST_CASE("a forged contribution under a member's key, sent as someone else, is left out and counted") {
+  Member a("fk0"), b("fk1");
+  std::vector<AllReduceMember> group{{a.id, a.address()}, {b.id, b.address()}};
+  const std::vector<float> ga{1, 2, 3, 4}, gb{3, 6, 9, 12};
+  // Part 0 (a's) as member 1 would send it, but signed by an intruder, there first.
+  const uint64_t digest = group_digest(0, group);
+  CHECK(a.inbox.deliver(make_part(digest, 0, 0, 0, 0, 1, "intruder", 16, {1000, 1000}).message, kPlaintext).is_ok());
+  auto fa = std::async(std::launch::async, [&] {
+    return butterfly_all_reduce<StandardCodecs>(a.clients, a.inbox, {0, 0, a.id, group, 1, 1}, ga, AllReduceConfig{});
+  });
+  auto fb = std::async(std::launch::async, [&] {
+    return butterfly_all_reduce<StandardCodecs>(b.clients, b.inbox, {0, 0, b.id, group, 1, 1}, gb, AllReduceConfig{});
+  });
+  auto ra = fa.get();
+  auto rb = fb.get();
+  REQUIRE_MESSAGE(ra.is_ok(), ra.status().to_string());
+  REQUIRE_MESSAGE(rb.is_ok(), rb.status().to_string());
+  CHECK(ra->averaged == std::vector<float>{2, 4, 6, 8});
+  CHECK(rb->averaged == ra->averaged);
+  CHECK(a.inbox.counters().wrong_sender == 1);
+  CHECK(a.inbox.size() == 0);
+}
+
+// A member over real ZeroMQ sockets with CURVE: its own client key pair, servers
+// presenting one swarm pair, and an inbox that asks speaks_for who may send as whom.
+struct CurveMember {
+  std::string id;
+  CurveKeyPair client_keys;
+  AllReduceInbox inbox;
+  std::optional<ZmqServer> server;
+  std::shared_ptr<wire::ValidationCounters> counters = std::make_shared<wire::ValidationCounters>();
+  ClientCache<ZmqTransport> clients;
+
+  CurveMember(std::string name, CurveKeyPair keys, const CurveKeyPair& swarm_server, AllReduceInbox::Options options)
+      : id(std::move(name)), client_keys(std::move(keys)), inbox(std::move(options)),
+        clients(ClientOptions{.security = client_security(client_keys, swarm_server)}) {
+    ServerOptions server_options;
+    server_options.worker_threads = 2;
+    server_options.security.curve = true;
+    server_options.security.keys = swarm_server;
+    auto bound = ZmqTransport::bind("tcp://127.0.0.1:*", server_options);
+    REQUIRE_MESSAGE(bound.is_ok(), bound.status().to_string());
+    server.emplace(std::move(bound).value());
+    REQUIRE(server->serve(validating_handler(wire::Limits{}, counters,
+                                             [this](const PeerIdentity& from, const wire::DecodedMessage& m) {
+                                               wire::MessageHeader h;
+                                               h.kind = wire::MessageKind::result;
+                                               if (m.header.kind == wire::MessageKind::ping) return *wire::encode_message(h, {});
+                                               Status s = inbox.deliver(m, from);
+                                               if (!s.is_ok()) return wire::make_error_reply(0, 0, s);
+                                               return *wire::encode_message(h, {});
+                                             }))
+                .is_ok());
+  }
+  static SecurityOptions client_security(const CurveKeyPair& keys, const CurveKeyPair& swarm_server) {
+    SecurityOptions security;
+    security.curve = true;
+    security.keys = keys;
+    security.server_public_key = swarm_server.public_key;
+    return security;
+  }
+  std::string address() const { return std::string(server->address()); }
+};
+
+TEST_CASE("over ZeroMQ with CURVE: an impostor's part and a non-member's are refused and counted; the round is clean") {
+  auto swarm_server = zmq_transport::generate_curve_keypair();
+  REQUIRE(swarm_server.is_ok());
+  // Who holds which client key: what the application's speaks_for knows.
+  std::map<std::string, CurveKeyPair> keys;
+  for (const char* id : {"c0", "c1", "mallory", "outsider"}) {
+    auto pair = zmq_transport::generate_curve_keypair();
+    REQUIRE(pair.is_ok());
+    keys[id] = *pair;
+  }
+  AllReduceInbox::Options options;
+  options.speaks_for = [&](const std::string& peer_id, const PeerIdentity& identity) {
+    auto it = keys.find(peer_id);
+    return it != keys.end() && identity.id == "curve:" + it->second.public_key;
+  };
+  options.is_member = [](const std::string& peer_id) { return peer_id == "c0" || peer_id == "c1"; };
+  CurveMember c0("c0", keys["c0"], *swarm_server, options);
+  CurveMember c1("c1", keys["c1"], *swarm_server, options);
+  std::vector<AllReduceMember> group{{c0.id, c0.address()}, {c1.id, c1.address()}};
+  const uint64_t digest = group_digest(0, group);
+
+  // Sends a contribution to c0's part, as member 1, from a connection holding `as`'s key.
+  auto send_as = [&](const std::string& holder, const std::string& sender) {
+    ClientCache<ZmqTransport> cache(ClientOptions{.security = CurveMember::client_security(keys[holder], *swarm_server)});
+    auto client = cache.get(c0.address());
+    REQUIRE(client != nullptr);
+    WirePart part = make_part(digest, 0, 0, 0, 0, 1, sender, 16, {500, 500});
+    return decode_result_reply(client->call(std::move(part.frames), Clock::now() + std::chrono::seconds(10)).get());
+  };
+  auto impostor = send_as("mallory", "c1");  // mallory's key, c1's name
+  CHECK(impostor.status().code() == StatusCode::permission_denied);
+  CHECK(c0.inbox.counters().impostor == 1);
+  auto outsider = send_as("outsider", "outsider");  // authenticated, but no member
+  CHECK(outsider.status().code() == StatusCode::permission_denied);
+  CHECK(c0.inbox.counters().not_member == 1);
+  CHECK(c0.inbox.size() == 0);
+
+  const std::vector<float> g0{1, 2, 3, 4}, g1{3, 4, 5, 6};
+  auto f0 = std::async(std::launch::async, [&] {
+    return butterfly_all_reduce<StandardCodecs>(c0.clients, c0.inbox, {0, 0, c0.id, group, 8, 1}, g0, AllReduceConfig{});
+  });
+  auto f1 = std::async(std::launch::async, [&] {
+    return butterfly_all_reduce<StandardCodecs>(c1.clients, c1.inbox, {0, 0, c1.id, group, 8, 1}, g1, AllReduceConfig{});
+  });
+  auto r0 = f0.get();
+  auto r1 = f1.get();
+  REQUIRE_MESSAGE(r0.is_ok(), r0.status().to_string());
+  REQUIRE_MESSAGE(r1.is_ok(), r1.status().to_string());
+  CHECK(r0->averaged == std::vector<float>{2, 3, 4, 5});
+  CHECK(r1->averaged == r0->averaged);
+  CHECK(c0.inbox.refused() == 2);  // the two above, nothing of the members'
+  CHECK(c1.inbox.refused() == 0);
+}
+
+// ---- Codecs: the parts travel encoded; the replicas stay bit-identical. ----
 
 // Gradients whose 4096-value blocks differ in scale, so each 8-bit block has its own absmax.
 std::vector<float> scaled_gradient_of(int member, int64_t size) {
@@ -302,6 +612,7 @@ struct CodecRoundOutcome {
 CodecRoundOutcome run_codec_round(CodecId codec, int n, int64_t size, const AllReduceConfig& base, const std::string& tag) {
   std::vector<std::unique_ptr<Member>> members;
   for (int i = 0; i < n; ++i) members.push_back(std::make_unique<Member>(tag + "-" + std::to_string(i), codec));
+  for (auto& m : members) m->at_step(11);
   std::vector<AllReduceMember> group;
   for (auto& m : members) group.push_back({m->id, m->address()});
   AllReduceConfig config = base;
@@ -415,6 +726,7 @@ TEST_CASE("bytes per value on a real-size round: none 4, fp16 and bf16 2, 8bit a
 
 TEST_CASE("the inbox decodes a part with its codec and refuses another codec, a wrong size, a forged NaN") {
   AllReduceInbox inbox;
+  inbox.finish_step(2);  // the parts are of step 3
   const int64_t count = 5000;  // two 8-bit blocks
   std::vector<float> values = gradient_of(3, count);
   auto encoded = all_reduce_detail::encode_values<StandardCodecs>(CodecId::blockwise8, values);
@@ -427,8 +739,8 @@ TEST_CASE("the inbox decodes a part with its codec and refuses another codec, a 
   CHECK(decoded->tensors[1].codec == CodecId::blockwise8);
 
   // The round's codec: stored decoded, exactly as the sender's own round trip decodes it.
-  REQUIRE(inbox.deliver<StandardCodecs>(*decoded, CodecId::blockwise8).is_ok());
-  auto part = inbox.take({42, 0, 0, 0, 1});
+  REQUIRE(inbox.deliver<StandardCodecs>(*decoded, CodecId::blockwise8, kPlaintext).is_ok());
+  auto part = inbox.take({42, 0, 0, 0, 1}, "x");
   REQUIRE(part.has_value());
   std::vector<float> expected(static_cast<size_t>(count));
   REQUIRE(all_reduce_detail::decode_frame<StandardCodecs>(CodecId::blockwise8, *encoded, expected).is_ok());
@@ -441,12 +753,12 @@ TEST_CASE("the inbox decodes a part with its codec and refuses another codec, a 
   auto fp16_frames = all_reduce_detail::encode_part(0, 42, 3, 0, 0, 0, 1, "x", 2.0, 7, CodecId::fp16, count, *fp16);
   auto fp16_decoded = wire::decode_message(fp16_frames->views(), wire::Limits{});
   REQUIRE(fp16_decoded.is_ok());
-  Status mismatch = inbox.deliver<StandardCodecs>(*fp16_decoded, CodecId::blockwise8);
+  Status mismatch = inbox.deliver<StandardCodecs>(*fp16_decoded, CodecId::blockwise8, kPlaintext);
   CHECK(mismatch.code() == StatusCode::invalid_argument);
   CHECK(mismatch.message().find("codec fp16") != std::string::npos);
   CHECK(inbox.refused() == 1);
-  CHECK(inbox.deliver<StandardCodecs>(*decoded, CodecId::none).code() == StatusCode::invalid_argument);
-  CHECK(inbox.deliver(*decoded).code() == StatusCode::invalid_argument);  // the table-less inbox: none only
+  CHECK(inbox.deliver<StandardCodecs>(*decoded, CodecId::none, kPlaintext).code() == StatusCode::invalid_argument);
+  CHECK(inbox.deliver(*decoded, kPlaintext).code() == StatusCode::invalid_argument);  // the table-less inbox: none only
   CHECK(inbox.refused() == 3);
   CHECK(inbox.size() == 0);
 
@@ -463,7 +775,7 @@ TEST_CASE("the inbox decodes a part with its codec and refuses another codec, a 
   // ...and the inbox refuses it too when handed it directly.
   wire::DecodedMessage direct = *decoded;
   direct.tensors[1].payload = forged;
-  CHECK(inbox.deliver<StandardCodecs>(direct, CodecId::blockwise8).code() == StatusCode::invalid_argument);
+  CHECK(inbox.deliver<StandardCodecs>(direct, CodecId::blockwise8, kPlaintext).code() == StatusCode::invalid_argument);
   CHECK(inbox.refused() == 4);
   // An fp16 infinity, handed directly.
   std::string inf16 = fp16->str();
@@ -471,15 +783,15 @@ TEST_CASE("the inbox decodes a part with its codec and refuses another codec, a 
   inf16[1] = '\x7c';
   wire::DecodedMessage direct16 = *fp16_decoded;
   direct16.tensors[1].payload = inf16;
-  CHECK(inbox.deliver<StandardCodecs>(direct16, CodecId::fp16).code() == StatusCode::invalid_argument);
+  CHECK(inbox.deliver<StandardCodecs>(direct16, CodecId::fp16, kPlaintext).code() == StatusCode::invalid_argument);
   CHECK(inbox.refused() == 5);
   // A size that is not the codec's for the element count.
   wire::DecodedMessage short_payload = *decoded;
   short_payload.tensors[1].payload = short_payload.tensors[1].payload.substr(0, forged.size() - 1);
-  CHECK(inbox.deliver<StandardCodecs>(short_payload, CodecId::blockwise8).code() == StatusCode::invalid_argument);
+  CHECK(inbox.deliver<StandardCodecs>(short_payload, CodecId::blockwise8, kPlaintext).code() == StatusCode::invalid_argument);
   wire::DecodedMessage more_values = *decoded;
   more_values.tensors[1].shape = Shape{count + 1};
-  CHECK(inbox.deliver<StandardCodecs>(more_values, CodecId::blockwise8).code() == StatusCode::invalid_argument);
+  CHECK(inbox.deliver<StandardCodecs>(more_values, CodecId::blockwise8, kPlaintext).code() == StatusCode::invalid_argument);
   CHECK(inbox.refused() == 7);
   CHECK(inbox.size() == 0);  // nothing refused was stored
 }
@@ -487,6 +799,8 @@ TEST_CASE("the inbox decodes a part with its codec and refuses another codec, a 
 TEST_CASE("members in different codecs never average each other's parts: the round fails, the refusals counted") {
   Member a("mix-8bit", CodecId::blockwise8);
   Member b("mix-fp16", CodecId::fp16);
+  a.at_step(2);
+  b.at_step(2);
   std::vector<AllReduceMember> group{{a.id, a.address()}, {b.id, b.address()}};
   AllReduceConfig config;
   config.part_timeout_seconds = 0.3;

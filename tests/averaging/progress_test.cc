@@ -109,6 +109,68 @@ TEST_CASE("progress records round-trip through JSON, 64-bit hashes intact, and b
   CHECK_FALSE(ProgressRecord::from_json(R"({"peer":"x","step":1,"time":0,"hash":"zz"})").is_ok());
 }
 
+TEST_CASE("progress records refuse fields of the wrong type instead of truncating them") {
+  const auto r = ProgressRecord::from_json(at("p", 3, 8, 1, 10).to_json());
+  REQUIRE(r.is_ok());
+  for (const char* bad : {
+           R"({"peer":"x","step":1.5,"time":0})",                       // a fractional step
+           R"({"peer":"x","step":18446744073709551615,"time":0})",      // 2^64-1, once read as -1
+           R"({"peer":"x","step":1,"time":0,"samples":"8"})",
+           R"({"peer":"x","step":1,"time":0,"samples":2.5})",
+           R"({"peer":7,"step":1,"time":0})",
+           R"({"peer":"x","step":1,"time":"now"})",
+           R"({"peer":"x","step":1,"time":0,"averaging":1})",
+           R"({"peer":"x","step":1,"time":0,"hash":12})",
+           R"({"peer":"x","step":1,"time":0,"hashes":[[1]]})",
+           R"({"peer":"x","step":1,"time":0,"hashes":[[1.5,"00"]]})",
+           R"({"peer":"x","step":1,"time":0,"hashes":{"1":"00"}})",
+       }) {
+    INFO(bad);
+    CHECK(ProgressRecord::from_json(bad).status().code() == StatusCode::invalid_argument);
+  }
+  std::string many = R"({"peer":"x","step":1,"time":0,"hashes":[)";
+  for (size_t i = 0; i <= ProgressRecord::kMaxRecentHashes; ++i) many += (i ? "," : "") + std::string(R"([1,"ab"])");
+  CHECK_FALSE(ProgressRecord::from_json(many + "]}").is_ok());
+}
+
+ProgressRecord with_hashes(std::string id, int64_t step, uint64_t hash, double published,
+                           std::vector<std::pair<int64_t, uint64_t>> recent = {}) {
+  ProgressRecord r = at(std::move(id), step, 0, 0, published);
+  r.params_hash = hash;
+  r.recent_hashes = std::move(recent);
+  return r;
+}
+
+TEST_CASE("majority_hash: a strict majority of the fresh stage-mates must have published it for that step") {
+  // a and b at step 5 agree; c is a step behind and cannot vouch for step 5.
+  std::vector<ProgressRecord> mates{with_hashes("a", 5, 0xaa, 10, {{4, 0x44}, {5, 0xaa}}),
+                                    with_hashes("b", 5, 0xaa, 10), with_hashes("c", 4, 0x44, 10)};
+  CHECK(majority_hash(mates, 5, 10, 5) == std::optional<uint64_t>(0xaa));  // 2 of 3
+  CHECK(majority_hash(mates, 4, 10, 5) == std::optional<uint64_t>(0x44));  // a's recent hash and c's current one
+  CHECK_FALSE(majority_hash(mates, 6, 10, 5).has_value());
+  // A lone donor ahead of stage-mates that do not know its step vouches for nothing.
+  mates.push_back(with_hashes("forger", 9, 0xff, 10));
+  CHECK_FALSE(majority_hash(mates, 9, 10, 5).has_value());
+  // Two against two is no strict majority.
+  mates.push_back(with_hashes("d", 5, 0xdd, 10));
+  mates.push_back(with_hashes("e", 5, 0xdd, 10));
+  CHECK_FALSE(majority_hash(mates, 5, 10, 5).has_value());
+  // Stale records neither vote nor count; a peer's newest record is its only vote.
+  std::vector<ProgressRecord> later{with_hashes("a", 5, 0xaa, 10), with_hashes("b", 5, 0xbb, 1),
+                                    with_hashes("c", 5, 0xcc, 9), with_hashes("c", 5, 0xaa, 9.5)};
+  CHECK(majority_hash(later, 5, 10, 5) == std::optional<uint64_t>(0xaa));
+  CHECK(published_hash(later[0], 4) == std::nullopt);
+}
+
+TEST_CASE("donors are tried freshest first: the highest step, then the most recent record, then by id") {
+  std::vector<ProgressRecord> donors{with_hashes("old", 7, 1, 5.0), with_hashes("ahead", 8, 1, 1.0),
+                                     with_hashes("recent", 7, 1, 9.0), with_hashes("b-tie", 7, 1, 5.0),
+                                     with_hashes("a-tie", 7, 1, 5.0)};
+  std::vector<std::string> order;
+  for (const auto& d : donors_freshest_first(donors)) order.push_back(d.peer_id);
+  CHECK(order == std::vector<std::string>{"ahead", "recent", "a-tie", "b-tie", "old"});
+}
+
 TEST_CASE("a global batch below one sample is refused") {
   CHECK_FALSE(GlobalBatchConfig{.target_samples = 0}.validate().is_ok());
   CHECK(GlobalBatchConfig{.target_samples = 1}.validate().is_ok());

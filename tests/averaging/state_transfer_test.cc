@@ -191,3 +191,162 @@ TEST_CASE("a donor's state info is checked before anything is fetched: size cap 
 
 }  // namespace
 }  // namespace swarm
+
+namespace swarm {
+namespace {
+
+// ---- A downloaded state is checked before anyone loads it. ----
+
+// What StageSync checks, for the one-tensor states of these tests: the layout (one
+// f32 "param/w" of 300 values), finite values, and the parameters hash a majority
+// vouched for.
+StateCheck check_against(uint64_t vouched_hash, int64_t vouched_step) {
+  StateCheck check;
+  check.step = [=](int64_t step) {
+    return step == vouched_step ? Status::ok() : failed_precondition("nobody vouches for step {}", step);
+  };
+  check.state = [=](const Checkpoint& state) -> Status {
+    if (state.tensors.size() != 1 || state.tensors[0].name != "param/w" ||
+        state.tensors[0].tensor.shape() != Shape{300} || state.tensors[0].tensor.dtype() != DType::f32) {
+      return invalid_argument("not this stage's layout");
+    }
+    SWARM_RETURN_IF_ERROR(check_finite(state));
+    if (content_hash(state.tensors) != vouched_hash) return data_loss("not the hash the majority published");
+    return Status::ok();
+  };
+  return check;
+}
+
+TEST_CASE("forged states (wrong hash, NaN, wrong size) are refused before load; the honest donor's is taken") {
+  const Checkpoint honest = sample_state(6, 1.0f);
+  Checkpoint other_values = sample_state(6, 1.5f);  // self-consistent bytes, but not the stage's parameters
+  Checkpoint nan = sample_state(6, 1.0f);
+  nan.tensors[0].tensor.data<float>()[17] = std::numeric_limits<float>::quiet_NaN();
+  Checkpoint bigger;
+  bigger.step = 6;
+  bigger.tensors.push_back({"param/w", *Tensor::zeros(Shape{301}, DType::f32)});
+  Donor wrong_hash("forged-hash", other_values), not_finite("forged-nan", nan), wrong_size("forged-size", bigger);
+  Donor good("honest", honest);
+  ClientCache<InprocTransport> clients;
+  StateDownloadReport report;
+  auto got = download_state(clients, 0, {wrong_hash.member(), not_finite.member(), wrong_size.member(), good.member()},
+                            StateTransferConfig{.chunk_bytes = 512}, &report,
+                            check_against(content_hash(honest.tensors), 6));
+  REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
+  CHECK(content_hash(got->tensors) == content_hash(honest.tensors));
+  REQUIRE(report.refused.size() == 3);
+  CHECK(report.refused[0].starts_with("forged-hash: not the hash"));
+  CHECK(report.refused[1].find("not finite") != std::string::npos);
+  CHECK(report.refused[2].starts_with("forged-size: not this stage's layout"));
+  CHECK(report.donors_used.back() == "honest");
+  CHECK(report.resumed_at == -1);  // nothing of a refused state was kept
+
+  // With only forgers, nothing passes: the last refusal is the error.
+  StateDownloadReport none;
+  auto refused = download_state(clients, 0, {wrong_hash.member(), not_finite.member()},
+                                StateTransferConfig{.chunk_bytes = 512}, &none,
+                                check_against(content_hash(honest.tensors), 6));
+  CHECK(refused.status().code() == StatusCode::invalid_argument);
+  CHECK(none.refused.size() == 2);
+}
+
+TEST_CASE("a donor offering a step nobody vouches for is refused before a byte is fetched") {
+  Donor ahead("unvouched", sample_state(40, 0.0f));
+  Donor good("vouched", sample_state(6, 1.0f));
+  int64_t ahead_chunks = 0;
+  ahead.donor.after_chunk = [&](int64_t served) -> Status {
+    ahead_chunks = served;
+    return Status::ok();
+  };
+  ClientCache<InprocTransport> clients;
+  StateDownloadReport report;
+  auto got = download_state(clients, 0, {ahead.member(), good.member()}, StateTransferConfig{.chunk_bytes = 512},
+                            &report, check_against(content_hash(good.state.tensors), 6));
+  REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
+  CHECK(got->step == 6);
+  CHECK(ahead_chunks == 0);
+  REQUIRE(report.refused.size() == 1);
+  CHECK(report.refused[0].starts_with("unvouched: nobody vouches for step 40"));
+  CHECK(report.donors_used == std::vector<std::string>{"vouched"});
+}
+
+// Serves `bytes` as a state of `step` under a hash it claims, whatever the bytes are.
+struct ScriptedDonor {
+  std::string name;
+  std::string bytes;
+  uint64_t claimed_hash;
+  int64_t step;
+  std::optional<InprocServer> server;
+  std::shared_ptr<wire::ValidationCounters> counters = std::make_shared<wire::ValidationCounters>();
+
+  ScriptedDonor(std::string id, std::string content, uint64_t hash, int64_t at)
+      : name(std::move(id)), bytes(std::move(content)), claimed_hash(hash), step(at) {
+    server.emplace(*InprocTransport::bind(address(), ServerOptions{}));
+    REQUIRE(server->serve(validating_handler(wire::Limits{}, counters,
+                                             [this](const PeerIdentity&, const wire::DecodedMessage& m) {
+                                               return answer(m);
+                                             }))
+                .is_ok());
+  }
+  wire::Frames answer(const wire::DecodedMessage& m) {
+    auto meta = *control_json(m);
+    if (meta.value("op", "") == "info") {
+      return *encode_control_message(wire::MessageKind::result, 0, m.header.request_id,
+                                     {{"step", step}, {"bytes", static_cast<int64_t>(bytes.size())},
+                                      {"hash", hex64(claimed_hash)}},
+                                     nullptr);
+    }
+    const int64_t offset = meta.at("offset").get<int64_t>(), length = meta.at("length").get<int64_t>();
+    TensorView payload(bytes.data() + offset, DType::u8, Shape{length}, Device::cpu);
+    return *encode_control_message(wire::MessageKind::result, 0, m.header.request_id, {{"offset", offset}}, &payload);
+  }
+  std::string address() const { return "inproc://scripted-" + name; }
+  AllReduceMember member() const { return {name, address()}; }
+};
+
+TEST_CASE("bytes that do not match the donor's own hash, or do not decode, are refused; the next donor serves") {
+  const Checkpoint honest = sample_state(6, 1.0f);
+  const std::string honest_bytes = *encode_checkpoint(honest);
+  const uint64_t honest_hash = XXH3_64bits(honest_bytes.data(), honest_bytes.size());
+  std::string flipped = honest_bytes;
+  flipped[flipped.size() / 2] ^= 0x40;
+  ScriptedDonor liar("claims-honest-hash", flipped, honest_hash, 6);  // another state under the honest hash
+  const std::string garbage(honest_bytes.size(), 'x');
+  ScriptedDonor junk("junk", garbage, XXH3_64bits(garbage.data(), garbage.size()), 6);  // consistent, not a state
+  Donor good("after-liars", honest);
+  ClientCache<InprocTransport> clients;
+  StateDownloadReport report;
+  auto got = download_state(clients, 0, {liar.member(), junk.member(), good.member()},
+                            StateTransferConfig{.chunk_bytes = 256}, &report,
+                            check_against(content_hash(honest.tensors), 6));
+  REQUIRE_MESSAGE(got.is_ok(), got.status().to_string());
+  CHECK(content_hash(got->tensors) == content_hash(honest.tensors));
+  REQUIRE(report.refused.size() == 2);
+  CHECK(report.refused[0].find("do not match the hash") != std::string::npos);
+  CHECK(report.refused[1].starts_with("junk:"));
+  // The honest donor offers the liar's claimed hash: still, nothing was resumed from the refused bytes.
+  CHECK(report.resumed_at == -1);
+}
+
+TEST_CASE("check_finite finds NaN and infinity in f32, f16 and bf16 tensors, and ignores integers") {
+  Checkpoint state = sample_state(1, 0.0f);
+  CHECK(check_finite(state).is_ok());
+  state.tensors[0].tensor.data<float>()[299] = std::numeric_limits<float>::infinity();
+  CHECK(check_finite(state).code() == StatusCode::invalid_argument);
+  for (auto [dtype, bits] : {std::pair{DType::f16, uint16_t{0x7c00}}, std::pair{DType::bf16, uint16_t{0x7fc1}}}) {
+    Checkpoint half;
+    Tensor t = *Tensor::zeros(Shape{4}, dtype);
+    half.tensors.push_back({"param/h", t});
+    CHECK(check_finite(half).is_ok());
+    static_cast<uint16_t*>(t.raw_data())[2] = bits;
+    CHECK(check_finite(half).code() == StatusCode::invalid_argument);
+  }
+  Checkpoint counts;
+  Tensor steps = *Tensor::zeros(Shape{1}, DType::i64);
+  steps.data<int64_t>()[0] = -1;  // all ones: no float, so no NaN
+  counts.tensors.push_back({"optim/optimizer.step", steps});
+  CHECK(check_finite(counts).is_ok());
+}
+
+}  // namespace
+}  // namespace swarm

@@ -13,12 +13,12 @@
 //   runtime-uses-concepts     a runtime (swarm/peer, swarm/trainer, swarm/averaging) includes a
 //                             registry or transport implementation (swarm/registry, transports/)
 //                             or any implementation package (swarm/compression, swarm/wiring,
-//                             models/, kernels/).
+//                             swarm/security, models/, kernels/).
 //   kernels-see-core-and-api  kernels/ includes a swarm/ package other than swarm/core, swarm/api.
 //   api-is-concepts-only      swarm/api includes a project path outside swarm/core, swarm/api.
 //   core-is-the-bottom        swarm/core includes a project path outside swarm/core.
 //   impl-never-sees-runtime   an implementation (transports/, swarm/registry, swarm/compression,
-//                             swarm/wiring, kernels/, models/) includes a runtime.
+//                             swarm/wiring, swarm/security, kernels/, models/) includes a runtime.
 // bench/ and tests/ are exempt: they may include anything.
 #pragma once
 
@@ -52,8 +52,8 @@ inline bool is_runtime(std::string_view path) {
 }
 
 inline bool is_implementation(std::string_view path) {
-  return under_any(path, {"transports", "swarm/registry", "swarm/compression", "swarm/wiring", "kernels",
-                          "models"});
+  return under_any(path, {"transports", "swarm/registry", "swarm/compression", "swarm/wiring", "swarm/security",
+                          "kernels", "models"});
 }
 
 struct Rule {

@@ -46,9 +46,16 @@ struct Received {
   wire::DecodedMessage message;
 };
 
+// The trainer gives every request an id and a deadline; tests that leave them out get these.
+StageRequest with_id_and_deadline(StageRequest request) {
+  if (request.microbatch_id == 0) request.microbatch_id = 0x51;
+  if (request.deadline_unix_ms == 0) request.deadline_unix_ms = unix_millis_now() + 60'000;
+  return request;
+}
+
 Received receive(const StageRequest& request, int stage, CodecId reply_codec) {
   Received r;
-  r.frames = *encode_request(request, stage, reply_codec);
+  r.frames = *encode_request(with_id_and_deadline(request), stage, reply_codec);
   auto decoded = wire::decode_message(r.frames.views(), wire::Limits{});
   REQUIRE_MESSAGE(decoded.is_ok(), decoded.status().to_string());
   r.message = *decoded;
@@ -69,6 +76,8 @@ TEST_CASE("a forward in the stage's codec is accepted, and its input decodes wit
   REQUIRE_MESSAGE(call.is_ok(), call.status().to_string());
   CHECK(call->batch == 2);
   CHECK(call->request_id == 7);
+  CHECK(call->microbatch_id == 0x51);
+  CHECK(call->deadline_unix_ms > unix_millis_now());
   CHECK_FALSE(call->is_backward());
   Tensor storage;
   auto view = float_view<StandardCodecs>(*call->input, &storage);
@@ -128,6 +137,36 @@ TEST_CASE("requests that do not fit the spec are refused before compute, naming 
     auto decoded = *wire::decode_message(frames.views(), wire::Limits{});
     CHECK(check_request(decoded, spec).status().code() == StatusCode::invalid_argument);
   }
+}
+
+TEST_CASE("a stage request without a microbatch id or a deadline is refused") {
+  const StageSpec spec = middle_stage(CodecId::none);
+  for (const auto& [microbatch, deadline] : {std::pair<uint64_t, int64_t>{0, 1}, {1, 0}}) {
+    StageRequest request{wire::MessageKind::backward, 1, raw_tensor(hidden(1)), raw_tensor(hidden(1)), {},
+                         microbatch, deadline};
+    auto frames = *encode_request(request, 1, spec.codec);  // as sent: no defaults filled in
+    auto decoded = wire::decode_message(frames.views(), wire::Limits{});
+    REQUIRE(decoded.is_ok());
+    Status s = check_request(*decoded, spec).status();
+    CHECK(s.code() == StatusCode::invalid_argument);
+    CHECK(s.message().find(microbatch == 0 ? "microbatch id" : "deadline") != std::string::npos);
+  }
+}
+
+TEST_CASE("deadlines: passed is deadline_exceeded, beyond ten minutes is refused, overflow saturates") {
+  const int64_t now = 1'700'000'000'000;
+  CHECK(check_deadline(now + 1, now).is_ok());
+  CHECK(check_deadline(now, now).code() == StatusCode::deadline_exceeded);
+  CHECK(check_deadline(1, now).code() == StatusCode::deadline_exceeded);
+  CHECK(check_deadline(now + kMaxDeadlineAheadMs, now).is_ok());
+  CHECK(check_deadline(now + kMaxDeadlineAheadMs + 1, now).code() == StatusCode::invalid_argument);
+  CHECK(check_deadline(INT64_MAX, now).code() == StatusCode::invalid_argument);
+  CHECK(unix_millis_after(now, 2.5) == now + 2500);
+  CHECK(unix_millis_after(INT64_MAX - 10, 1e300) == INT64_MAX);
+  CHECK(unix_millis_after(now, -1e300) == 0);
+  CHECK(unix_millis_after(now, std::nan("")) == now);
+  // The system clock, not a monotonic one: it crosses processes.
+  CHECK(unix_millis_now() > now);
 }
 
 TEST_CASE("the last stage: targets must be raw and match the input's batch; the reply carries gradient and loss") {
@@ -195,6 +234,47 @@ TEST_CASE("raw tensors share the tensor's storage instead of copying it") {
 
 namespace swarm::protocol {
 namespace {
+
+TEST_CASE("a peer's info carries its sample ledger; a hostile ledger is refused") {
+  const StageSpec spec = middle_stage(CodecId::blockwise8);
+  SampleLedger ledger;
+  ledger.samples_accumulated_total = 40;
+  ledger.samples_pending = 8;
+  ledger.samples_stepped = 16;
+  ledger.samples_lost_resync = 8;
+  ledger.samples_lost_failed_round = 8;
+  ledger.backward_duplicates_refused = 1;
+  ledger.expired_dropped = 3;
+  ledger.deadline_refused = 2;
+  CHECK(ledger.unaccounted() == 0);
+  auto frames = *encode_info_reply(9, spec, &ledger);
+  auto info = parse_peer_info(frames, wire::Limits{});
+  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
+  CHECK(info->spec.stage == spec.stage);
+  REQUIRE(info->samples.has_value());
+  CHECK(*info->samples == ledger);
+  CHECK(parse_info_reply(frames, wire::Limits{}).is_ok());  // a spec reader ignores the ledger
+  auto without = parse_peer_info(*encode_info_reply(9, spec), wire::Limits{});
+  REQUIRE(without.is_ok());
+  CHECK_FALSE(without->samples.has_value());
+
+  ledger.samples_stepped = 24;
+  CHECK(ledger.unaccounted() == -8);
+  CHECK(ledger_from_json(ledger_to_json(ledger))->samples_stepped == 24);
+  CHECK_FALSE(ledger_from_json("[]").is_ok());
+  CHECK_FALSE(ledger_from_json(R"({"samples_accumulated_total":1})").is_ok());  // the others missing
+  std::string text = ledger_to_json(SampleLedger{});
+  auto with = [&](const std::string& value) {
+    std::string forged = text;
+    forged.replace(forged.find("\"expired_dropped\":0"), 19, "\"expired_dropped\":" + value);
+    return ledger_from_json(forged);
+  };
+  CHECK(with("7")->expired_dropped == 7);
+  CHECK_FALSE(with("-1").is_ok());
+  CHECK_FALSE(with("1.5").is_ok());
+  CHECK_FALSE(with("\"1\"").is_ok());
+  CHECK_FALSE(with("18446744073709551615").is_ok());
+}
 
 TEST_CASE("stage info round-trips, and a hostile info reply is refused field by field") {
   const StageSpec spec = last_stage(CodecId::bf16);

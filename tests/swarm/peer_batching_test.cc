@@ -82,6 +82,8 @@ TEST_CASE("forward requests that wait together run as one batch; each gets its o
     header.kind = wire::MessageKind::forward;
     header.stage = 0;
     header.request_id = i;
+    header.microbatch_id = 100 + i;
+    header.deadline_unix_ms = protocol::unix_millis_now() + 60'000;
     std::vector<TensorView> views{x};
     calls.push_back(client->call(*wire::encode_message(header, views), Clock::now() + 30s));
     inputs.push_back(std::move(x));

@@ -3,6 +3,8 @@
 // on the same global batch; a peer killed mid-all-reduce is dropped and the others
 // stay identical; a joiner downloads the state (finishing from a second donor when
 // the first dies) and serves only once its hash matches.
+#include <atomic>
+#include <limits>
 #include <random>
 
 #include <doctest/doctest.h>
@@ -243,8 +245,11 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
   CHECK(round_seconds < a->config().all_reduce.round_timeout_seconds);
   MESSAGE("the two survivors finished the round in " << round_seconds << " s");
 
-  // A joiner: it must download step 1's state before it serves. Donors are asked in id
-  // order, so ft-a serves first and dies serving its second chunk; ft-b finishes the download.
+  // A joiner: it must download step 1's state before it serves. Donors are asked
+  // freshest first, and ft-a and ft-b publish at the same step, so either may be
+  // asked first. ft-a dies serving its second chunk: asked first, ft-b finishes the
+  // download from where it stopped. (tests/averaging covers the resume itself
+  // deterministically.)
   auto joiner_config = sync_config(0, "ft-d");
   joiner_config.state_transfer.chunk_bytes = 4096;
   auto d = start_peer(&registry, joiner_config);
@@ -254,9 +259,14 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
   CHECK(joined.global_step == 1);
   CHECK(joined.params_hash == b->stats().params_hash);
   CHECK(joined.forward + joined.backward == 0);  // verified before serving anything
-  CHECK(a->dead());
-  CHECK(joined.last_download_donors == 2);
-  CHECK(joined.last_download_resumed_at == 4096);  // one chunk kept; the second died with its donor
+  CHECK(joined.states_refused == 0);
+  if (a->dead()) {
+    CHECK(joined.last_download_donors == 2);
+    CHECK(joined.last_download_resumed_at == 4096);  // one chunk kept; the second died with its donor
+  } else {
+    CHECK(joined.last_download_donors == 1);  // ft-b was the fresher and served it all
+  }
+  MESSAGE("the joiner asked " << (a->dead() ? "ft-a first, which died; ft-b finished" : "ft-b first, which served it all"));
 
   // The next global batch: the joiner serves, and b and d step together, identical.
   train_one_global_batch();
@@ -264,6 +274,149 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
   CHECK(b->stats().params_hash == d->stats().params_hash);
   CHECK(d->stats().forward + d->stats().backward > 0);
   CHECK(trainer.ledger().abandoned == 0);
+}
+
+
+// A stage-mate that lies: it publishes the stage's own parameters hash, fresher than
+// anyone's, and serves a forged state under it.
+struct Forger {
+  std::string id;
+  Checkpoint state;
+  StateDonor donor;
+  std::atomic<int64_t> chunks_served{0};
+  std::optional<InprocServer> server;
+  std::shared_ptr<wire::ValidationCounters> counters = std::make_shared<wire::ValidationCounters>();
+
+  Forger(std::string name, Checkpoint forged) : id(std::move(name)), state(std::move(forged)) {
+    donor.after_chunk = [this](int64_t served) {
+      chunks_served = served;
+      return Status::ok();
+    };
+    server.emplace(*InprocTransport::bind(address(), ServerOptions{}));
+    REQUIRE(server
+                ->serve(validating_handler(wire::Limits{}, counters,
+                                           [this](const PeerIdentity&, const wire::DecodedMessage& m) {
+                                             return donor.handle(m, 0, state.step,
+                                                                 [this]() -> Result<Checkpoint> { return state; });
+                                           }))
+                .is_ok());
+  }
+  std::string address() const { return "inproc://forger-" + id; }
+
+  void announce(InProcessRegistry& registry, uint64_t claimed_hash, double ahead_seconds) {
+    ProgressRecord r;
+    r.peer_id = id;
+    r.address = address();
+    r.step = state.step;
+    r.params_hash = claimed_hash;
+    r.recent_hashes = {{state.step, claimed_hash}};
+    r.published_at = registry.now() + ahead_seconds;  // the freshest record: asked first
+    REQUIRE(registry.announce(progress_registry_key(0), id, r.to_json(), registry.now() + 30).is_ok());
+  }
+};
+
+Checkpoint deep_copy(const Checkpoint& state) {
+  Checkpoint out = state;
+  for (auto& named : out.tensors) named.tensor = named.tensor.clone();
+  return out;
+}
+
+NamedTensor* find_tensor(Checkpoint& state, std::string_view prefix) {
+  for (auto& named : state.tensors) {
+    if (named.name.starts_with(prefix)) return &named;
+  }
+  return nullptr;
+}
+
+TEST_CASE("forged states (wrong hash, NaN, wrong size, negative moment) are refused before load; the joiner syncs honestly") {
+  InProcessRegistry registry;
+  auto a = start_peer(&registry, sync_config(0, "fg-a"));
+  auto b = start_peer(&registry, sync_config(0, "fg-b"));
+  auto z = start_peer(&registry, sync_config(1, "fg-z"));
+  TrainerConfig trainer_config;
+  trainer_config.codec = CodecId::none;
+  trainer_config.refresh_period_seconds = 0.05;
+  RrTrainer trainer(trainer_config, std::vector<RoundRobinRouter>(2), &registry);
+  std::mt19937 rng(5);
+  for (int m = 0; m < kMicrobatches; ++m) {
+    Tensor tokens, targets;
+    pattern_batch(rng, kRows, &tokens, &targets);
+    REQUIRE(trainer.run_microbatch(tokens, targets).completed);
+  }
+  REQUIRE(wait_for_step({a.get(), b.get(), z.get()}, 1));
+  const uint64_t honest_hash = a->stats().params_hash;
+  ClientCache<InprocTransport> clients;
+  auto honest = download_state(clients, 0, {{"fg-a", a->control_address()}}, StateTransferConfig{}, nullptr);
+  REQUIRE_MESSAGE(honest.is_ok(), honest.status().to_string());
+
+  // Other parameters under the honest hash.
+  Checkpoint other = deep_copy(*honest);
+  find_tensor(other, kParamPrefix)->tensor.data<float>()[0] += 1.0f;
+  // The honest parameters, so the hash matches; only the moments are poisoned or misshapen.
+  Checkpoint nan = deep_copy(*honest);
+  NamedTensor* v = find_tensor(nan, "optim/adam.v/");
+  REQUIRE(v != nullptr);
+  v->tensor.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  // A negative second moment: Replica::load would refuse it only after the download,
+  // and this forger, the freshest, would be asked first again and again.
+  Checkpoint negative = deep_copy(*honest);
+  find_tensor(negative, "optim/adam.v/")->tensor.data<float>()[1] = -1.0f;
+  Checkpoint misshapen = deep_copy(*honest);
+  NamedTensor* m = find_tensor(misshapen, "optim/adam.m/");
+  REQUIRE(m != nullptr);
+  m->tensor = *Tensor::zeros(Shape{m->tensor.numel() + 1}, DType::f32);
+  std::vector<std::unique_ptr<Forger>> forgers;
+  forgers.push_back(std::make_unique<Forger>("hash", std::move(other)));
+  forgers.push_back(std::make_unique<Forger>("nan", std::move(nan)));
+  forgers.push_back(std::make_unique<Forger>("size", std::move(misshapen)));
+  forgers.push_back(std::make_unique<Forger>("negative", std::move(negative)));
+  for (size_t i = 0; i < forgers.size(); ++i) forgers[i]->announce(registry, honest_hash, 4.0 - static_cast<double>(i));
+
+  // The application's speaks_for, here: a connection named later may send as no one.
+  struct Banned {
+    std::mutex mu;
+    PeerIdentity identity;
+  };
+  auto banned = std::make_shared<Banned>();
+  auto joiner_config = sync_config(0, "fg-d");
+  joiner_config.speaks_for = [banned](const std::string&, const PeerIdentity& from) {
+    std::lock_guard lock(banned->mu);
+    return !(from == banned->identity);
+  };
+  auto d = start_peer(&registry, joiner_config);
+  REQUIRE(d->wait_for_stats([](const PeerStats& s) { return s.serving; }, seconds_from_now(20)));
+  auto impostor = InprocTransport::connect(d->control_address(), {});
+  auto outsider = InprocTransport::connect(d->control_address(), {});
+  REQUIRE(impostor.is_ok());
+  REQUIRE(outsider.is_ok());
+  {
+    std::lock_guard lock(banned->mu);
+    banned->identity = impostor->identity();
+  }
+  const PeerStats joined = d->stats();
+  CHECK(joined.states_refused == 4);
+  CHECK(joined.state_downloads == 1);
+  CHECK(joined.global_step == 1);
+  CHECK(joined.params_hash == honest_hash);
+  CHECK(joined.last_download_donors == 5);  // the four forgers, then an honest stage-mate
+  CHECK(joined.forward + joined.backward == 0);
+  for (const auto& f : forgers) {
+    INFO(f->id);
+    CHECK(f->chunks_served > 0);  // each was asked, its whole state fetched, and refused
+  }
+
+  // Parts sent to the joiner's control server: as a stage-mate from the banned
+  // connection, as no stage-mate at all, and for a step far ahead.
+  auto send = [&](InprocClient& client, const std::string& sender, int64_t step) {
+    const std::vector<float> values{1, 2};
+    auto frames = all_reduce_detail::encode_part(0, 77, step, 0, 0, 0, 1, sender, 8, 1, values);
+    REQUIRE(frames.is_ok());
+    return decode_result_reply(client.call(std::move(frames).value(), seconds_from_now(5)).get()).status();
+  };
+  CHECK(send(*impostor, "fg-a", 1).code() == StatusCode::permission_denied);
+  CHECK(send(*outsider, "fg-nobody", 1).code() == StatusCode::permission_denied);
+  CHECK(send(*outsider, "fg-a", 50).code() == StatusCode::out_of_range);
+  CHECK(d->wait_for_stats([](const PeerStats& s) { return s.parts_refused == 3; }, seconds_from_now(10)));
 }
 
 }  // namespace

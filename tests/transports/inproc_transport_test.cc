@@ -1,7 +1,8 @@
 // The in-process transport: round trips, concurrency, deadlines, cancel, stop,
-// binding rules and peer identity.
+// binding rules, peer identity, and the size and queue limits it shares with ZeroMQ.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -12,6 +13,7 @@
 
 #include "transports/inproc/inproc_transport.h"
 #include "swarm/api/transport.h"
+#include "swarm/wire/wire.h"
 
 namespace swarm {
 namespace {
@@ -286,6 +288,100 @@ TEST_CASE("destroying a client cancels its pending calls") {
   }
   CHECK(call->get().status().code() == StatusCode::cancelled);
   release.open();
+}
+
+ServerOptions limited(int64_t max_message_bytes, int max_queued_requests = ServerOptions{}.max_queued_requests) {
+  ServerOptions options;
+  options.max_message_bytes = max_message_bytes;
+  options.max_queued_requests = max_queued_requests;
+  return options;
+}
+
+// The status an error reply carries, as the ZeroMQ server sends it; ok for anything else.
+Status carried_status(const Result<wire::Frames>& reply) {
+  if (!reply.is_ok()) return reply.status();
+  auto decoded = wire::decode_message(reply->views(), wire::Limits{});
+  if (!decoded.is_ok() || decoded->header.kind != wire::MessageKind::error) return Status::ok();
+  return wire::status_from_error_reply(decoded->header);
+}
+
+TEST_CASE("a request over max_message_bytes is refused before the handler; others are served") {
+  InprocServer server = bind_or_die("inproc://oversized", limited(1024));
+  std::atomic<int> handled{0};
+  REQUIRE(server.serve([&](const PeerIdentity&, wire::Frames request) {
+    ++handled;
+    return request;
+  }).is_ok());
+  InprocClient client = connect_or_die(server.address());
+
+  Call too_big = client.call(wire::Frames{{std::string(600, 'a'), std::string(600, 'b')}}, generous());
+  CHECK(too_big.ready());  // refused on the caller's thread, with no wait for a deadline
+  CHECK(too_big.get().status().code() == StatusCode::resource_exhausted);
+  CHECK(server.oversized_requests() == 1);
+  CHECK(server.counters().messages_received == 0);
+
+  auto at_limit = client.call(wire::Frames{{std::string(1024, 'c')}}, generous()).get();
+  REQUIRE_MESSAGE(at_limit.is_ok(), at_limit.status().to_string());
+  CHECK(handled == 1);
+}
+
+TEST_CASE("a full queue answers busy at once, with the ZeroMQ server's error reply") {
+  constexpr int kQueued = 2, kFlood = 5;
+  InprocServer server = bind_or_die("inproc://busy", limited(ServerOptions{}.max_message_bytes, kQueued));
+  Gate release;
+  std::promise<void> entered;
+  REQUIRE(server.serve([&](const PeerIdentity&, wire::Frames request) {
+    if (request.parts[0] == "first") entered.set_value();
+    release.wait();
+    return request;
+  }).is_ok());
+  InprocClient client = connect_or_die(server.address());
+
+  Call running = client.call(wire::Frames{{"first"}}, generous());
+  REQUIRE(entered.get_future().wait_until(generous()) == std::future_status::ready);
+  std::vector<Call> queued;
+  for (int i = 0; i < kQueued; ++i) queued.push_back(client.call(wire::Frames{{"queued"}}, generous()));
+  int busy = 0;
+  for (int i = 0; i < kFlood; ++i) {
+    Call call = client.call(wire::Frames{{"flood"}}, generous());
+    CHECK(call.ready());
+    Status status = carried_status(call.get());
+    busy += status.code() == StatusCode::resource_exhausted && status.message().find("busy") != std::string::npos;
+  }
+  CHECK(busy == kFlood);
+  CHECK(server.busy_replies() == kFlood);
+  for (Call& call : queued) CHECK_FALSE(call.ready());
+
+  release.open();
+  CHECK(running.get().is_ok());
+  for (Call& call : queued) CHECK(carried_status(call.get()).is_ok());
+  CHECK(client.call(wire::Frames{{"after"}}, generous()).get().is_ok());
+  CHECK(server.busy_replies() == kFlood);
+}
+
+TEST_CASE("a client refuses a reply over its own max_message_bytes") {
+  InprocServer server = bind_or_die("inproc://big-reply");
+  REQUIRE(server.serve([](const PeerIdentity&, wire::Frames request) {
+    return wire::Frames{{std::string(std::stoul(request.parts[0].str()), 'r')}};
+  }).is_ok());
+  ClientOptions options;
+  options.max_message_bytes = 1024;
+  auto client = InprocTransport::connect(server.address(), options);
+  REQUIRE(client.is_ok());
+  CHECK(client->call(wire::Frames{{"1025"}}, generous()).get().status().code() == StatusCode::resource_exhausted);
+  auto fits = client->call(wire::Frames{{"1024"}}, generous()).get();
+  REQUIRE_MESSAGE(fits.is_ok(), fits.status().to_string());
+  CHECK(fits->parts[0].size() == 1024);
+}
+
+TEST_CASE("limits that cannot be honoured are refused at bind and connect") {
+  CHECK(InprocTransport::bind("inproc://no-bytes", limited(0)).status().code() == StatusCode::invalid_argument);
+  CHECK(InprocTransport::bind("inproc://no-queue", limited(1024, 0)).status().code() ==
+        StatusCode::invalid_argument);
+  InprocServer server = bind_or_die("inproc://limits-ok");
+  ClientOptions options;
+  options.max_message_bytes = -1;
+  CHECK(InprocTransport::connect(server.address(), options).status().code() == StatusCode::invalid_argument);
 }
 
 }  // namespace

@@ -75,6 +75,24 @@ TEST_CASE("a forward message round-trips with views into the frames") {
   CHECK(decoded->header.tensors[1].payload_bytes == 24);
 }
 
+TEST_CASE("a request's microbatch id and deadline round-trip; a negative deadline is refused") {
+  Fixture fixture;
+  MessageHeader header = fixture.parsed_header();
+  header.microbatch_id = 0xfedcba9876543210ull;
+  header.deadline_unix_ms = 1'700'000'000'123;
+  fixture.replace_header(header);
+  auto decoded = decode_message(fixture.frames.views(), Limits{});
+  REQUIRE_MESSAGE(decoded.is_ok(), decoded.status().to_string());
+  CHECK(decoded->header.microbatch_id == 0xfedcba9876543210ull);
+  CHECK(decoded->header.deadline_unix_ms == 1'700'000'000'123);
+
+  header.deadline_unix_ms = -1;
+  fixture.replace_header(header);
+  std::string message = expect_rejected(fixture.frames.views(), Limits{}, StatusCode::invalid_argument,
+                                        &ValidationCounters::bad_header);
+  CHECK(message.find("deadline") != std::string::npos);
+}
+
 TEST_CASE("every prefix of a valid header is rejected as a bad header") {
   Fixture fixture;
   const std::string full = fixture.frames.parts[0].str();
@@ -93,7 +111,7 @@ TEST_CASE("every prefix of a valid header is rejected as a bad header") {
 TEST_CASE("garbage and trailing bytes in the header frame are rejected") {
   Fixture fixture;
   SUBCASE("a huge text length after a valid version") {
-    fixture.frames.parts[0] = std::string("\x02\x00", 2) + std::string(40, '\xff');  // version 2
+    fixture.frames.parts[0] = std::string("\x03\x00", 2) + std::string(60, '\xff');  // version 3
     expect_rejected(fixture.frames.views(), Limits{}, StatusCode::invalid_argument,
                     &ValidationCounters::bad_header);
   }

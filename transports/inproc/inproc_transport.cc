@@ -15,6 +15,7 @@ struct ClientCore {
   PeerIdentity identity;
   TransportCounters counters;
   std::shared_ptr<ServerCore> server;
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
 
   std::mutex mu;
   CallId next_id = 1;
@@ -50,10 +51,17 @@ Registry& registry() {
   return *instance;
 }
 
+// What became of a request handed to the server; only `queued` keeps it.
+enum class Admission { queued, stopped, oversized, busy };
+
 struct ServerCore : std::enable_shared_from_this<ServerCore> {
   std::string address;
   ServerOptions options;
   TransportCounters counters;
+  std::atomic<uint64_t> oversized{0};
+  std::atomic<uint64_t> busy{0};
+  // The ZeroMQ server's busy answer, so callers see one reply whatever the transport.
+  const wire::Frames busy_reply = wire::make_error_reply(0, 0, resource_exhausted("busy: server queue full"));
 
   std::mutex mu;
   std::condition_variable cv;
@@ -65,14 +73,24 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
   RequestHandler handler;
   std::vector<std::thread> workers;
 
-  // Hands the request back when the server is stopped.
-  std::optional<Request> enqueue(Request request) {
+  // Takes the request only when it answers `queued`.
+  Admission enqueue(Request& request) {
+    const uint64_t bytes = frame_bytes(request.frames);
     std::lock_guard lock(mu);
-    if (stopped) return request;
-    counters.count_received(frame_bytes(request.frames));
+    if (stopped) return Admission::stopped;
+    if (bytes > static_cast<uint64_t>(options.max_message_bytes)) {
+      oversized.fetch_add(1, std::memory_order_relaxed);
+      return Admission::oversized;
+    }
+    counters.count_received(bytes);
+    if (queue.size() >= static_cast<size_t>(options.max_queued_requests)) {
+      busy.fetch_add(1, std::memory_order_relaxed);
+      counters.count_sent(frame_bytes(busy_reply));
+      return Admission::busy;
+    }
     queue.push_back(std::move(request));
     cv.notify_one();
-    return std::nullopt;
+    return Admission::queued;
   }
 
   void work() {
@@ -100,6 +118,10 @@ struct ServerCore : std::enable_shared_from_this<ServerCore> {
         uint64_t bytes = frame_bytes(*reply);
         counters.count_sent(bytes);
         request.client->counters.count_received(bytes);
+        if (bytes > static_cast<uint64_t>(request.client->max_message_bytes)) {
+          reply = resource_exhausted("reply of {} bytes exceeds the client's limit of {}", bytes,
+                                     request.client->max_message_bytes);
+        }
       }
       lock.unlock();
       request.client->finish(request.state, std::move(reply));
@@ -170,6 +192,7 @@ constexpr std::string_view kScheme = "inproc://";
 
 }  // namespace inproc_detail
 
+using inproc_detail::Admission;
 using inproc_detail::ClientCore;
 using inproc_detail::registry;
 using inproc_detail::Request;
@@ -191,6 +214,8 @@ void InprocServer::stop() {
   if (core_) core_->stop();
 }
 const TransportCounters& InprocServer::counters() const { return core_->counters; }
+uint64_t InprocServer::oversized_requests() const { return core_->oversized.load(); }
+uint64_t InprocServer::busy_replies() const { return core_->busy.load(); }
 
 InprocClient& InprocClient::operator=(InprocClient&& other) noexcept {
   if (this != &other) {
@@ -220,11 +245,24 @@ Call InprocClient::call(wire::Frames request, Deadline deadline) {
   uint64_t bytes = frame_bytes(request);
   // Counted before the hand-over: once queued, a worker may already reply.
   core_->counters.count_sent(bytes);
-  auto rejected = core_->server->enqueue(Request{core_->identity, std::move(request), state, core_});
-  if (rejected) {
-    core_->counters.bytes_sent.fetch_sub(bytes, std::memory_order_relaxed);
-    core_->counters.messages_sent.fetch_sub(1, std::memory_order_relaxed);
-    core_->finish(state, unavailable("server {} stopped", core_->server->address));
+  ServerCore& server = *core_->server;
+  Request handed_over{core_->identity, std::move(request), state, core_};
+  switch (server.enqueue(handed_over)) {
+    case Admission::queued:
+      break;
+    case Admission::stopped:
+      core_->counters.bytes_sent.fetch_sub(bytes, std::memory_order_relaxed);
+      core_->counters.messages_sent.fetch_sub(1, std::memory_order_relaxed);
+      core_->finish(state, unavailable("server {} stopped", server.address));
+      break;
+    case Admission::oversized:
+      core_->finish(state, resource_exhausted("request of {} bytes exceeds the limit of {} at {}", bytes,
+                                              server.options.max_message_bytes, server.address));
+      break;
+    case Admission::busy:
+      core_->counters.count_received(frame_bytes(server.busy_reply));
+      core_->finish(state, server.busy_reply);
+      break;
   }
   return Call(std::move(state));
 }
@@ -255,6 +293,12 @@ Result<InprocServer> InprocTransport::bind(const std::string& address, ServerOpt
   if (options.worker_threads < 1) {
     return invalid_argument("worker_threads must be at least 1, got {}", options.worker_threads);
   }
+  if (options.max_message_bytes <= 0) {
+    return invalid_argument("max_message_bytes must be above 0, got {}", options.max_message_bytes);
+  }
+  if (options.max_queued_requests < 1) {
+    return invalid_argument("max_queued_requests must be at least 1, got {}", options.max_queued_requests);
+  }
   auto core = std::make_shared<ServerCore>();
   core->address = address;
   core->options = options;
@@ -268,6 +312,9 @@ Result<InprocServer> InprocTransport::bind(const std::string& address, ServerOpt
 Result<InprocClient> InprocTransport::connect(const std::string& address, ClientOptions options) {
   // Unique per client for the life of the process, so identities never alias.
   static std::atomic<uint64_t> next_client{1};
+  if (options.max_message_bytes <= 0) {
+    return invalid_argument("max_message_bytes must be above 0, got {}", options.max_message_bytes);
+  }
   std::shared_ptr<ServerCore> server;
   {
     std::lock_guard lock(registry().mu);
@@ -278,6 +325,7 @@ Result<InprocClient> InprocTransport::connect(const std::string& address, Client
   auto core = std::make_shared<ClientCore>();
   core->identity.id = fmt::format("inproc-client-{}", next_client.fetch_add(1));
   core->server = std::move(server);
+  core->max_message_bytes = options.max_message_bytes;
   return InprocClient(std::move(core));
 }
 

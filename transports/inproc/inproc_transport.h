@@ -36,6 +36,12 @@ class InprocServer {
   // reply dropped). Idempotent.
   void stop();
   const TransportCounters& counters() const;
+  // Requests over max_message_bytes, failed at once with resource_exhausted
+  // and never handled (ZeroMQ drops them unanswered; here nothing is lost by saying why).
+  uint64_t oversized_requests() const;
+  // Requests answered with the busy error reply (resource_exhausted, as the
+  // ZeroMQ server sends) because max_queued_requests were already waiting.
+  uint64_t busy_replies() const;
 
  private:
   friend class InprocTransport;

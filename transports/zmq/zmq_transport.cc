@@ -129,6 +129,10 @@ struct ZmqServer::Impl {
   TransportCounters counters;
   std::atomic<uint64_t> malformed{0};
   std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> oversized{0};
+  std::atomic<uint64_t> busy{0};
+  // Built once: a flood is answered without an allocation per request.
+  const wire::Frames busy_reply = wire::make_error_reply(0, 0, resource_exhausted("busy: server queue full"));
   std::atomic<bool> stopping{false};
   bool stopped = false;
 
@@ -215,12 +219,24 @@ struct ZmqServer::Impl {
     for (Request& request : waiting) answer_inline(request);
   }
 
-  void answer_inline(Request& request) {
-    wire::Frames reply = run_handler(request);
+  void answer_inline(Request& request) { reply_from_io_thread(request, run_handler(request)); }
+
+  void reply_from_io_thread(Request& request, const wire::Frames& reply) {
     std::vector<zmq::message_t> head;
     head.push_back(std::move(request.routing_id));
     head.push_back(std::move(request.call_id));
     if (send_multipart(router, head, reply, zmq::send_flags::dontwait)) counters.count_sent(frame_bytes(reply));
+  }
+
+  // False when the queue is full; the caller then answers busy.
+  bool try_enqueue(Request& request) {
+    {
+      std::lock_guard lock(mu);
+      if (queue.size() >= static_cast<size_t>(options.max_queued_requests)) return false;
+      queue.push_back(std::move(request));
+    }
+    cv.notify_one();
+    return true;
   }
 
   wire::Frames run_handler(Request& request) {
@@ -242,28 +258,28 @@ struct ZmqServer::Impl {
         malformed.fetch_add(1);
         continue;
       }
+      // The socket bounds each frame; many frames under the limit can still add up past it.
+      uint64_t bytes = 0;
+      for (size_t i = 2; i < parts.size(); ++i) bytes += parts[i].size();
+      if (bytes > static_cast<uint64_t>(options.max_message_bytes)) {
+        oversized.fetch_add(1);
+        continue;
+      }
       Request request;
       // Properties ride on frames the peer sent, not on ROUTER's routing-id frame.
       const char* user = options.security.curve ? zmq_msg_gets(parts[1].handle(), "User-Id") : nullptr;
       request.from.id = user != nullptr ? fmt::format("curve:{}", user)
                                         : fmt::format("zmq:{}", hex(parts[0].data(), parts[0].size()));
-      uint64_t bytes = 0;
-      for (size_t i = 2; i < parts.size(); ++i) {
-        bytes += parts[i].size();
-        request.frames.parts.push_back(adopt(std::move(parts[i])));
-      }
+      for (size_t i = 2; i < parts.size(); ++i) request.frames.parts.push_back(adopt(std::move(parts[i])));
       counters.count_received(bytes);
       request.routing_id = std::move(parts[0]);
       request.call_id = std::move(parts[1]);
       if (serving_inline) {
         answer_inline(request);
-        continue;
+      } else if (!try_enqueue(request)) {
+        busy.fetch_add(1);
+        reply_from_io_thread(request, busy_reply);
       }
-      {
-        std::lock_guard lock(mu);
-        queue.push_back(std::move(request));
-      }
-      cv.notify_one();
     }
   }
 
@@ -326,9 +342,13 @@ void ZmqServer::stop() { impl_->stop(); }
 const TransportCounters& ZmqServer::counters() const { return impl_->counters; }
 uint64_t ZmqServer::malformed_messages() const { return impl_->malformed.load(); }
 uint64_t ZmqServer::refused_handshakes() const { return impl_->refused.load(); }
+uint64_t ZmqServer::oversized_requests() const { return impl_->oversized.load(); }
+uint64_t ZmqServer::busy_replies() const { return impl_->busy.load(); }
 
 Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions options) {
   if (options.worker_threads < 1) return invalid_argument("a server needs at least one worker thread");
+  if (options.max_message_bytes <= 0) return invalid_argument("max_message_bytes must be above 0");
+  if (options.max_queued_requests < 1) return invalid_argument("max_queued_requests must be at least 1");
   auto impl = std::make_unique<ZmqServer::Impl>();
   impl->options = options;
   try {
@@ -353,6 +373,7 @@ Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions o
       impl->router.set(zmq::sockopt::zap_domain, "swarm");
     }
     impl->router.set(zmq::sockopt::linger, 0);
+    impl->router.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
     impl->router.set(zmq::sockopt::rcvhwm, kHighWaterMark);
     impl->router.set(zmq::sockopt::sndhwm, kHighWaterMark);
     impl->replies.set(zmq::sockopt::linger, 0);
@@ -395,6 +416,7 @@ struct ZmqClient::Impl {
   static constexpr auto kPumpSlice = std::chrono::milliseconds(5);
   PeerIdentity identity;
   TransportCounters counters;
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
 
   std::mutex pending_mu;
   std::unordered_map<CallId, std::shared_ptr<CallState>> pending;
@@ -518,13 +540,16 @@ struct ZmqClient::Impl {
   void deliver(std::vector<zmq::message_t>& parts) {
     CallId id = 0;
     if (parts.empty() || !decode_call_id(parts[0], &id)) return;
-    wire::Frames frames;
     uint64_t bytes = 0;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      bytes += parts[i].size();
-      frames.parts.push_back(adopt(std::move(parts[i])));
-    }
+    for (size_t i = 1; i < parts.size(); ++i) bytes += parts[i].size();
     counters.count_received(bytes);
+    // The socket bounds each frame; the sum is only known here.
+    if (bytes > static_cast<uint64_t>(max_message_bytes)) {
+      finish(id, resource_exhausted("reply of {} bytes exceeds the client's limit of {}", bytes, max_message_bytes));
+      return;
+    }
+    wire::Frames frames;
+    for (size_t i = 1; i < parts.size(); ++i) frames.parts.push_back(adopt(std::move(parts[i])));
     finish(id, std::move(frames));
   }
 
@@ -599,10 +624,13 @@ const PeerIdentity& ZmqClient::identity() const { return impl_->identity; }
 const TransportCounters& ZmqClient::counters() const { return impl_->counters; }
 
 Result<ZmqClient> ZmqTransport::connect(const std::string& address, ClientOptions options) {
+  if (options.max_message_bytes <= 0) return invalid_argument("max_message_bytes must be above 0");
   auto impl = std::make_shared<ZmqClient::Impl>();
+  impl->max_message_bytes = options.max_message_bytes;
   try {
     SWARM_RETURN_IF_ERROR(apply_client_security(impl->dealer, options.security));
     impl->dealer.set(zmq::sockopt::linger, 0);
+    impl->dealer.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
     impl->dealer.set(zmq::sockopt::sndhwm, kHighWaterMark);
     impl->dealer.set(zmq::sockopt::rcvhwm, kHighWaterMark);
     impl->dealer.set(zmq::sockopt::reconnect_ivl, 50);

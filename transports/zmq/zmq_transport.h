@@ -2,14 +2,17 @@
 //
 // A server's ROUTER socket lives on one I/O thread that hands requests to a
 // pool of worker threads and sends their replies (with one worker, the I/O
-// thread runs the handler itself); a client's DEALER socket
-// lives on one I/O thread too, so many calls share one connection and any
-// thread may call. Frames go out with zmq_msg_init_data over the frame's own
-// buffer and come in as Frames that adopt the received zmq message: tensor
-// bytes are never copied by the transport. With CURVE on, traffic is encrypted
-// and a ZAP handler admits only allowed client keys; the handler then sees the
-// client's public key as its PeerIdentity. DEALER reconnects by itself, so a
-// peer restarted at the same address is reached again without a new client.
+// thread runs the handler itself). Senders are not trusted with the server's
+// memory: ZMQ_MAXMSGSIZE caps each frame, the I/O thread drops requests too
+// large in sum, and a full worker queue is answered "busy" at once rather
+// than grown. A client's DEALER socket lives on one I/O thread too, so many
+// calls share one connection and any thread may call. Frames go out with
+// zmq_msg_init_data over the frame's own buffer and come in as Frames that
+// adopt the received zmq message: tensor bytes are never copied by the
+// transport. With CURVE on, traffic is encrypted and a ZAP handler admits only
+// allowed client keys; the handler then sees the client's public key as its
+// PeerIdentity. DEALER reconnects by itself, so a peer restarted at the same
+// address is reached again without a new client.
 //
 //   auto server = swarm::ZmqTransport::bind("tcp://127.0.0.1:*", {});
 //   server->serve([](const swarm::PeerIdentity&, swarm::wire::Frames f) { return f; });
@@ -43,6 +46,15 @@ class ZmqServer {
   // allow-list refused.
   uint64_t malformed_messages() const;
   uint64_t refused_handshakes() const;
+  // Requests dropped unanswered because their frames together exceed
+  // max_message_bytes. A single frame over it is not counted: libzmq drops
+  // the sender's connection before the frame arrives.
+  uint64_t oversized_requests() const;
+  // Requests answered resource_exhausted because max_queued_requests were
+  // already waiting for a worker. With one worker the I/O thread runs the
+  // handler itself and never answers busy; the socket's high-water mark and
+  // TCP push back on senders instead.
+  uint64_t busy_replies() const;
 
  private:
   friend struct ZmqTransport;

@@ -1,0 +1,48 @@
+// swarm_access: how a role of the `swarm` program reaches a swarm: the address
+// it binds and announces (--host), and, with a secret (--secret, or the
+// SWARM_SECRET environment variable), its identity, CURVE on every server and
+// client, and sealed registry records.
+//
+//   SWARM_ASSIGN_OR_RETURN(SwarmAccess access, SwarmAccess::create(host, secret));
+//   auto registry = DhtRegistry::start(0, {bootstrap}, access.registry_options());
+//   config.server.security = access.server_security();
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "swarm/api/transport.h"
+#include "swarm/core/ids.h"
+#include "swarm/core/status.h"
+#include "swarm/registry/dht_registry.h"
+#include "swarm/security/identity.h"
+
+namespace swarm::apps {
+
+class SwarmAccess {
+ public:
+  // host: a numeric IPv4 address others can dial (not 0.0.0.0). secret: empty
+  // reads SWARM_SECRET; both empty mean a plaintext swarm.
+  static Result<SwarmAccess> create(const std::string& host, const std::string& secret);
+
+  const std::string& host() const { return host_; }
+  bool secured() const { return credentials_.has_value(); }
+  // The secret, for child processes (through their environment, not argv).
+  const std::string& secret() const { return secret_; }
+
+  DhtRegistryOptions registry_options() const;
+  SecurityOptions server_security() const;
+  SecurityOptions client_security() const;
+  // `name` as this process's peer id: bound to its key in a secured swarm.
+  Result<std::string> peer_id(const std::string& name) const;
+  // Checks that a sender is the peer it names; unset in a plaintext swarm.
+  std::function<bool(const std::string&, const PeerIdentity&)> speaks_for() const;
+
+ private:
+  std::string host_;
+  std::string secret_;
+  std::optional<security::SwarmCredentials> credentials_;
+};
+
+}  // namespace swarm::apps
