@@ -4,54 +4,21 @@
 // peer must drop them (their deadline passed), so each stage's accumulated
 // samples, summed over its peers, equal the trainer's completed samples exactly,
 // and every peer's ledger accounts for each sample it accepted.
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <cstdlib>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <string>
-#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <doctest/doctest.h>
 
+#include "tests/apps/swarm_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Run {
-  int exit_code = -1;
-  std::string output;
-  std::vector<nlohmann::json> records;
-};
-
-Run run_swarm(const std::string& args, const fs::path& run_dir) {
-  fs::remove_all(run_dir);
-  Run run;
-  const std::string command = fmt::format("apps/swarm local --run-dir {} {} 2>&1", run_dir.string(), args);
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) run.output += buffer;
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream metrics(run_dir / "metrics.jsonl");
-  std::string line;
-  while (std::getline(metrics, line)) run.records.push_back(nlohmann::json::parse(line));
-  return run;
-}
-
-std::vector<nlohmann::json> of_kind(const Run& run, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  for (const auto& r : run.records) {
-    if (r["kind"] == kind) out.push_back(r);
-  }
-  return out;
-}
+using namespace swarm::test_apps;  // Run, run_swarm, of_kind, temp_dir
 
 // Where a peer's accepted samples can be; together they must be all of them.
 int64_t held(const nlohmann::json& r) {
@@ -64,8 +31,7 @@ int64_t held(const nlohmann::json& r) {
 }
 
 TEST_CASE("a peer stopped past the backward deadline: each stage counts every completed sample exactly once") {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(base ? base : "/tmp") / "sample-accounting";
+  const fs::path dir = temp_dir("sample-accounting");  // removed: a fresh run directory
   constexpr int kMicrobatch = 4;
   // The stop (4 s) outlasts the backward timeout (1.5 s) and ends well before the
   // run does, so the stopped peer is back and answers when the ledgers are read.

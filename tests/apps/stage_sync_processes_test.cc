@@ -3,7 +3,6 @@
 // drives them. One peer SIGKILLs itself in the middle of an all-reduce (the
 // --test-die-in-allreduce hook); the other two finish that round without it and
 // keep bit-identical parameters at every step, as the trainer's metrics.jsonl shows.
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -11,51 +10,25 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <doctest/doctest.h>
 
+#include "tests/apps/swarm_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> argv;
-    static const std::string binary = "apps/swarm";
-    argv.push_back(const_cast<char*>(binary.c_str()));
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(binary.c_str(), argv.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-std::string read_all(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using namespace swarm::test_apps;  // spawn, read_all, read_metrics, temp_dir
 
 TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay identical at every step") {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const fs::path dir = fs::path(base ? base : "/tmp") / "sync-processes";
-  fs::remove_all(dir);
+  const fs::path dir = temp_dir("sync-processes");
   fs::create_directories(dir);
 
   // The bootstrap node prints its port on stdout: read it through a pipe, waiting
@@ -133,10 +106,7 @@ TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay 
   CHECK(::waitpid(peers["k1"], &status, WNOHANG) == 0);
 
   std::map<int64_t, std::map<std::string, std::string>> hashes;  // step -> peer -> hash
-  std::ifstream metrics(dir / "run" / "metrics.jsonl");
-  std::string line;
-  while (std::getline(metrics, line)) {
-    auto r = nlohmann::json::parse(line);
+  for (const auto& r : read_metrics(dir / "run")) {
     if (r["kind"] == "replica") hashes[r["step"].get<int64_t>()][r["peer"].get<std::string>()] = r["hash"];
   }
   int64_t k2_last = -1;

@@ -2,12 +2,8 @@
 // a killed peer, a restarted one and a stopped-then-continued one cost
 // retries, never a microbatch; and stochastic wiring gives a 2x faster peer
 // process 2/3 of the stage's work. Reads the run's metrics.jsonl.
-#include <sys/wait.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -18,58 +14,17 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/apps/swarm_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Run {
-  int exit_code = -1;
-  std::string output;
-  std::vector<nlohmann::json> records;
-};
-
-fs::path temp_dir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  fs::path dir = fs::path(base ? base : "/tmp") / name;
-  fs::remove_all(dir);
-  return dir;
-}
-
-Run run_swarm(const std::string& args, const fs::path& run_dir) {
-  Run run;
-  const std::string command = fmt::format("apps/swarm local --run-dir {} {} 2>&1", run_dir.string(), args);
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) run.output += buffer;
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream metrics(run_dir / "metrics.jsonl");
-  std::string line;
-  while (std::getline(metrics, line)) run.records.push_back(nlohmann::json::parse(line));
-  return run;
-}
-
-Run run_swarm_records(const fs::path& run_dir) {
-  Run run;
-  std::ifstream metrics(run_dir / "metrics.jsonl");
-  std::string line;
-  while (std::getline(metrics, line)) run.records.push_back(nlohmann::json::parse(line));
-  return run;
-}
+using namespace swarm::test_apps;  // Run, run_swarm, run_command, read_metrics, of_kind, temp_dir
 
 // The tiny model these tests train: fast enough for many microbatches.
 const char* kTinyModel =
     "--d-model 32 --layers 2 --heads 2 --seq-len 32 --microbatch 4 --microbatches-per-step 4 "
     "--eval-windows 8 --steps 100000";
-
-std::vector<nlohmann::json> of_kind(const Run& run, const std::string& kind) {
-  std::vector<nlohmann::json> out;
-  for (const auto& r : run.records) {
-    if (r["kind"] == kind) out.push_back(r);
-  }
-  return out;
-}
 
 TEST_CASE("killed, restarted and stopped peers cost retries but no microbatch, and the loss keeps falling") {
   const fs::path dir = temp_dir("faults");
@@ -179,23 +134,14 @@ TEST_CASE("a stopped run resumes from its checkpoints: the loss continues where 
   // --resume reads the model and swarm from the run's config.json; --steps says where to stop.
   const std::string command =
       fmt::format("apps/swarm local --resume {} --steps 170 2>&1", dir.string());
-  Run second;
-  {
-    FILE* pipe = ::popen(command.c_str(), "r");
-    REQUIRE(pipe != nullptr);
-    char buffer[4096];
-    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) second.output += buffer;
-    const int status = ::pclose(pipe);
-    second.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
+  Run second = run_command(command);
   INFO(second.output);
   REQUIRE(second.exit_code == 0);
   REQUIRE(second.output.find("resumed") != std::string::npos);
-  Run all = run_swarm_records(dir);
   std::vector<nlohmann::json> resumed_steps;
   bool after_resume = false;
   int64_t resumed_at = -1;
-  for (const auto& r : all.records) {
+  for (const auto& r : read_metrics(dir)) {
     if (r["kind"] == "event" && r["event"] == "resumed") {
       after_resume = true;
       resumed_at = r["step"].get<int64_t>();
@@ -215,18 +161,41 @@ TEST_CASE("a stopped run resumes from its checkpoints: the loss continues where 
   CHECK(resumed_steps.front()["step"].get<int64_t>() == resumed_at + 1);
 }
 
+TEST_CASE("swarm local --secret trains with CURVE everywhere, and writes the secret nowhere") {
+  const fs::path dir = temp_dir("secret");
+  const std::string secret = "local-swarm-test-secret";
+  Run run = run_swarm(fmt::format("{} --stages 2 --peers-per-stage 2 --time-limit 15 --secret {}", kTinyModel, secret),
+                      dir);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("sealed records, CURVE") != std::string::npos);
+  CHECK(run.output.find(" 0 abandoned") != std::string::npos);
+  CHECK(run.output.find("differing parameter hashes: 0 ") != std::string::npos);
+  int curve_peers = 0;
+  for (const auto& log : fs::directory_iterator(dir / "peers")) {
+    const std::string text = read_all(log.path());
+    curve_peers += text.find("(CURVE)") != std::string::npos ? 1 : 0;
+    CHECK(text.find(secret) == std::string::npos);
+  }
+  CHECK(curve_peers == 4);
+  CHECK(read_all(dir / "config.json").find(secret) == std::string::npos);
+  // Peer ids are bound to each process's key: NAME.FINGERPRINT (32 hex digits).
+  const auto events = of_kind(run, "event");
+  bool bound_id = false;
+  for (const auto& e : events) {
+    const std::string peer = e.value("peer", "");
+    bound_id |= peer.size() > 33 && peer[peer.size() - 33] == '.';
+  }
+  CHECK(bound_id);
+}
+
 TEST_CASE("--resume of a directory without a run is a clear error") {
   const fs::path dir = temp_dir("not-a-run");
   fs::create_directories(dir);
   const std::string command = fmt::format("apps/swarm local --resume {} 2>&1", dir.string());
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string output;
-  char buffer[4096];
-  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-  const int status = ::pclose(pipe);
-  CHECK(WEXITSTATUS(status) == 1);
-  CHECK(output.find("no config.json") != std::string::npos);
+  const Run run = run_command(command);
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("no config.json") != std::string::npos);
 }
 
 TEST_CASE("over real processes, a 2x faster peer serves 2/3 of its stage's work, within 10%") {
