@@ -85,6 +85,7 @@ Status read_recent_hashes(const nlohmann::json& j, ProgressRecord* r) {
 Status read_fields(const nlohmann::json& j, ProgressRecord* r) {
   int64_t stage = 0, mates = 0;
   SWARM_RETURN_IF_ERROR(read_text(j, "peer", true, &r->peer_id));
+  if (r->peer_id.empty()) return invalid_argument("progress record: empty 'peer'");
   SWARM_RETURN_IF_ERROR(read_text(j, "address", false, &r->address));
   SWARM_RETURN_IF_ERROR(read_integer(j, "stage", false, &stage));
   SWARM_RETURN_IF_ERROR(read_integer(j, "step", true, &r->step));

@@ -401,7 +401,7 @@ class StageSync {
       const auto majority = majority_hash(stage_progress_, d.step, now, config_.progress_stale_seconds);
       if (majority && *majority == d.params_hash) members.push_back({d.peer_id, d.address});
     }
-    if (members.empty() && now - last_unverifiable_log_ >= config_.progress_stale_seconds) {
+    if (members.empty() && !donors.empty() && now - last_unverifiable_log_ >= config_.progress_stale_seconds) {
       last_unverifiable_log_ = now;
       log_warn("peer {}: {} stage-mates hold other state, but no strict majority of the {} fresh ones vouches for it",
                config_.peer_id, donors.size(), stage_progress_.size());

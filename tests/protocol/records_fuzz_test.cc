@@ -589,7 +589,7 @@ TEST_CASE("valid peer announcements round-trip exactly") {
 // ------------------------------------------------------- progress records ---
 
 const std::vector<Field> kProgressFields = {
-    {"peer", Kind::text, true},
+    {"peer", Kind::nonempty_text, true},
     {"address", Kind::text, false},
     {"stage", Kind::integer, false, 0, std::numeric_limits<int32_t>::max()},
     {"step", Kind::integer, true, 0, kI64Max},
