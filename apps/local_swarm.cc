@@ -785,7 +785,7 @@ struct SwarmRun {
 };
 
 LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& summary, const RunRecorder& recorder,
-                             double validation) {
+                             const std::vector<std::unique_ptr<SwarmTrainer>>& trainers, double validation) {
   LocalSwarmReport report;
   report.steps = static_cast<int>(summary.last_step);
   report.first_loss = recorder.first_loss();
@@ -796,6 +796,7 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
   report.microbatches_completed = summary.ledger.completed;
   report.microbatches_abandoned = summary.ledger.abandoned;
   report.retries = summary.ledger.retries;
+  for (const auto& trainer : trainers) report.bad_records += trainer->bad_records();
   report.global_steps = recorder.replicas().newest(o.stages);
   const WireVolume wire = recorder.pipeline_volume();
   report.wire_bytes = wire.bytes;
@@ -833,7 +834,7 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
   recorder.finish();
   auto validation = validation_loss(*trainers[0], run.data.windows);
   if (!validation.is_ok()) return validation.status().with_context("validation failed");
-  return make_report(o, *summary, recorder, *validation);
+  return make_report(o, *summary, recorder, trainers, *validation);
 }
 
 }  // namespace

@@ -83,6 +83,7 @@ struct LocalSwarmReport {
   int64_t microbatches_completed = 0;
   int64_t microbatches_abandoned = 0;
   int64_t retries = 0;
+  int64_t bad_records = 0;  // registry records the trainers refused (malformed, out of range, another stage)
   std::vector<int64_t> global_steps;  // per stage, the newest global step seen
   int64_t replica_mismatches = 0;     // (stage, step) pairs whose replicas' hashes differed
   // Pipeline payloads (all four transfers) and all-reduce payloads: bytes and values.

@@ -82,9 +82,10 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
              report->tokens_per_second);
   fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs\n",
              fmt::join(report->global_steps, ","), report->replica_mismatches);
-  fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | run directory: {}\n",
+  fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | {} registry records refused "
+             "| run directory: {}\n",
              report->microbatches_started, report->microbatches_completed, report->microbatches_abandoned,
-             report->retries, options.run_dir);
+             report->retries, report->bad_records, options.run_dir);
   auto per_value = [](int64_t bytes, int64_t values) { return values > 0 ? double(bytes) / double(values) : 0.0; };
   fmt::print("wire ({}): pipeline {:.4f} bytes/value ({} values) | all-reduce {:.4f} bytes/value ({} values)\n",
              options.codec, per_value(report->wire_bytes, report->wire_values), report->wire_values,

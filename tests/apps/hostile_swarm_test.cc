@@ -218,7 +218,8 @@ int oversized_batch(Attacker& a, const LivePeer& stage0) {
 // last, which the attacker keeps fresh.
 ProgressRecord hostile_records(Attacker& a, int stage, const std::string& junk_donor) {
   const double now = a.registry.now();
-  REQUIRE(a.announce(stage_registry_key(1), fmt::format(R"({{"peer": "{}", "address": 7, "stage": "one"}})", a.id)).is_ok());
+  // In stage 0's key, so it stays beside the fake stage-1 peer announced later.
+  REQUIRE(a.announce(stage_registry_key(0), fmt::format(R"({{"peer": "{}", "address": 7, "stage": "one"}})", a.id)).is_ok());
   REQUIRE(a.announce(progress_registry_key(1 - stage),
                      fmt::format(R"({{"peer": "{}", "address": [], "step": "ten", "samples": -1}})", a.id))
               .is_ok());
@@ -374,6 +375,9 @@ TEST_CASE("a member's every attack is refused and counted while the swarm trains
   std::smatch loss;
   REQUIRE(std::regex_search(trainer_log, loss, std::regex(R"(train loss ([0-9.]+) -> ([0-9.]+))")));
   CHECK(std::stod(loss[2]) < std::stod(loss[1]));
+  std::smatch refused;
+  REQUIRE(std::regex_search(trainer_log, refused, std::regex(R"((\d+) registry records refused)")));
+  CHECK(std::stoll(refused[1]) > 0);  // the stage record with wrong types
 
   // The fake peer's wrong replies got it banned, and it was never trusted with a result.
   const std::string metrics = read_all(dir / "run" / "metrics.jsonl");
