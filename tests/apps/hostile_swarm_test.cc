@@ -12,13 +12,17 @@
 //   - a flood of valid-looking forward requests.
 // Each peer must keep serving the honest trainer (which finishes with no microbatch
 // abandoned and its loss falling), stay under an RSS bound, and count each attack.
+#include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <mutex>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -56,18 +60,32 @@ constexpr const char* kSecret = "hostile swarm test secret";
 constexpr int64_t kRssBoundKib = 256 * 1024;  // per peer process: 24-98 MiB measured under these attacks
 constexpr int kSeqLen = 32;
 
-// Waits until the file matches `pattern` (returns the first match's group 1) or the deadline passes.
+// Waits until the file matches `pattern` (returns the first match's group 1) or the
+// deadline passes, woken by inotify whenever a file in its folder is written.
 std::string wait_for(const fs::path& file, const std::string& pattern, std::chrono::seconds within) {
   const std::regex re(pattern);
   const auto deadline = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < deadline) {
+  const int notify = ::inotify_init1(IN_CLOEXEC);
+  REQUIRE(notify >= 0);
+  // The folder, not the file: the child may not have created its log yet.
+  REQUIRE(::inotify_add_watch(notify, file.parent_path().c_str(), IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE) >= 0);
+  std::string found;
+  while (found.empty()) {
     std::smatch m;
     const std::string text = read_all(file);
-    if (std::regex_search(text, m, re)) return m.size() > 1 ? m[1].str() : m[0].str();
-    std::this_thread::sleep_for(100ms);  // a log has no change notification
+    if (std::regex_search(text, m, re)) {
+      found = m.size() > 1 ? m[1].str() : m[0].str();
+      break;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd written{notify, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&written, 1, static_cast<int>(left.count())) <= 0) break;
+    char events[4096];
+    (void)::read(notify, events, sizeof events);
   }
-  FAIL("no match for '" << pattern << "' in " << file << ":\n" << read_all(file));
-  return {};
+  ::close(notify);
+  if (found.empty()) FAIL("no match for '" << pattern << "' in " << file << ":\n" << read_all(file));
+  return found;
 }
 
 int64_t rss_kib(pid_t pid) {
@@ -158,6 +176,18 @@ protocol::RefusalCounts refusals_of(Attacker& attacker, const LivePeer& peer) {
   auto info = protocol::parse_peer_info(*reply, wire::Limits{});
   REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
   return info->refusals;
+}
+
+// Until every peer's bad_records counter passes its value in `since`: each check is a
+// round trip to the peer, and the peers read the registry every 0.2 s.
+void wait_until_bad_records_grow(Attacker& attacker, const std::vector<LivePeer>& peers,
+                                 std::map<std::string, protocol::RefusalCounts>& since) {
+  const auto deadline = Clock::now() + 20s;
+  for (const auto& peer : peers) {
+    while (refusals_of(attacker, peer)["bad_records"] <= since[peer.id]["bad_records"]) {
+      REQUIRE_MESSAGE(Clock::now() < deadline, "peer " << peer.id << " never refused the record");
+    }
+  }
 }
 
 // ---- the attacks: each returns how many hostile messages it sent to `peer` ----
@@ -342,13 +372,15 @@ TEST_CASE("a member's every attack is refused and counted while the swarm trains
   const int oversized = oversized_batch(attacker, stage0);
   ProgressRecord ahead = hostile_records(attacker, 0, hostile.server->address());
   // A real forger re-announces, as peers do, so its record never goes stale.
-  std::atomic<bool> trained{false};
+  std::mutex forger_mu;
+  std::condition_variable forger_cv;
+  bool trained = false;
   std::thread forger([&] {
-    while (!trained.load()) {
+    std::unique_lock lock(forger_mu);
+    do {
       ahead.published_at = attacker.registry.now();
       (void)attacker.announce(progress_registry_key(0), ahead.to_json());
-      std::this_thread::sleep_for(500ms);
-    }
+    } while (!forger_cv.wait_for(lock, 500ms, [&] { return trained; }));  // twice a second, like a peer
   });
   // A fake stage-1 peer that claims to be very fast, so the trainer's router tries it.
   PeerAnnouncementRecord fake{attacker.id, hostile.server->address(), 1, 1e6, 0};
@@ -359,12 +391,25 @@ TEST_CASE("a member's every attack is refused and counted while the swarm trains
     // Stage records and progress records share the attacker's one subkey per key.
     REQUIRE(attacker.announce(stage_registry_key(1), fake.to_json()).is_ok());
   }
-  std::this_thread::sleep_for(3s);  // the peers read progress every 0.2 s and the trainer every 2 s
+  // Stage 1's peers have refused the record with wrong types before it is replaced by
+  // one from the future, which they must refuse too.
+  std::vector<LivePeer> stage1;
+  for (const auto& [id, peer] : peers) {
+    if (peer.stage == 1) stage1.push_back(peer);
+  }
+  wait_until_bad_records_grow(attacker, stage1, before);
+  std::map<std::string, protocol::RefusalCounts> after_wrong_types;
+  for (const auto& peer : stage1) after_wrong_types[peer.id] = refusals_of(attacker, peer);
   future_record(attacker, 1);
+  wait_until_bad_records_grow(attacker, stage1, after_wrong_types);
 
   int trainer_status = 0;
   const pid_t waited = ::waitpid(trainer_pid, &trainer_status, 0);
-  trained = true;
+  {
+    std::lock_guard lock(forger_mu);
+    trained = true;
+  }
+  forger_cv.notify_all();
   forger.join();
   REQUIRE(waited == trainer_pid);
   const std::string trainer_log = read_all(dir / "trainer.log");

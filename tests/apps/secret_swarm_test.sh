@@ -20,11 +20,8 @@ fail() {
   exit 1
 }
 wait_for_line() {  # file, pattern, seconds
-  local deadline=$((SECONDS + $3))
-  until grep -q -- "$2" "$1" 2>/dev/null; do
-    ((SECONDS < deadline)) || fail "no '$2' in $1 within $3 s"
-    sleep 0.2
-  done
+  # tail -F wakes on every write (no polling); it ends at the deadline or with this script.
+  grep -q -m1 -- "$2" <(timeout "$3" tail --pid=$$ -n +1 -F "$1" 2>/dev/null) || fail "no '$2' in $1 within $3 s"
 }
 
 export SWARM_SECRET="the right secret"
