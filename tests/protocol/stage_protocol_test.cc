@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstring>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "swarm/compression/codecs.h"
 #include "swarm/protocol/tensor_codec.h"
 
@@ -274,6 +277,42 @@ TEST_CASE("a peer's info carries its sample ledger; a hostile ledger is refused"
   CHECK_FALSE(with("1.5").is_ok());
   CHECK_FALSE(with("\"1\"").is_ok());
   CHECK_FALSE(with("18446744073709551615").is_ok());
+}
+
+// An info reply whose JSON is `text`, as a hostile peer could send it.
+wire::Frames info_reply_with(const std::string& text) {
+  wire::MessageHeader header;
+  header.kind = wire::MessageKind::result;
+  const std::vector<wire::EncodedTensor> tensors{
+      {DType::u8, CodecId::none, {static_cast<int64_t>(text.size())}, wire::Frame(std::string(text))}};
+  return *wire::encode_message_payloads(header, tensors);
+}
+
+TEST_CASE("a peer's refusal counters round-trip; hostile ones are refused") {
+  const StageSpec spec = middle_stage(CodecId::blockwise8);
+  const RefusalCounts counts{{"parts", 5}, {"validation", 0}};
+  auto info = parse_peer_info(*encode_info_reply(3, spec, nullptr, &counts), wire::Limits{});
+  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
+  CHECK(info->refusals == counts);
+
+  RefusalCounts too_many;
+  for (size_t i = 0; i <= kMaxRefusalCounters; ++i) too_many[fmt::format("c{}", i)] = 1;
+  CHECK(encode_info_reply(3, spec, nullptr, &too_many).status().code() == StatusCode::invalid_argument);
+
+  auto with = [&](const std::string& refusals) {
+    nlohmann::json j = nlohmann::json::parse(spec_to_json(spec));
+    j["refusals"] = nlohmann::json::parse(refusals);
+    return parse_peer_info(info_reply_with(j.dump()), wire::Limits{});
+  };
+  CHECK(with(R"({"parts": 7})")->refusals.at("parts") == 7);
+  CHECK_FALSE(with(R"({"parts": -1})").is_ok());
+  CHECK_FALSE(with(R"({"parts": 1.5})").is_ok());
+  CHECK_FALSE(with(R"({"parts": "7"})").is_ok());
+  CHECK_FALSE(with(R"({"parts": 18446744073709551615})").is_ok());
+  CHECK_FALSE(with(R"([1, 2])").is_ok());
+  nlohmann::json many = nlohmann::json::object();
+  for (size_t i = 0; i <= kMaxRefusalCounters; ++i) many[fmt::format("c{}", i)] = 1;
+  CHECK_FALSE(with(many.dump()).is_ok());
 }
 
 TEST_CASE("stage info round-trips, and a hostile info reply is refused field by field") {
