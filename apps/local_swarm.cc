@@ -72,8 +72,10 @@ struct PeerProcess {
   bool stopped = false;
 };
 
+// stage -1: the pattern peers take, "{stage}" standing for the stage they serve (they may move).
 std::string stage_checkpoint_path(const std::string& run_dir, int stage) {
-  return (fs::path(run_dir) / "checkpoints" / fmt::format("stage-{}.ckpt", stage)).string();
+  const std::string name = stage < 0 ? std::string("stage-{stage}.ckpt") : fmt::format("stage-{}.ckpt", stage);
+  return (fs::path(run_dir) / "checkpoints" / name).string();
 }
 
 int64_t global_batch_of(const LocalSwarmOptions& o) {
@@ -90,14 +92,16 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
                                    double slowdown, bool resume) {
   std::vector<std::string> sync = {"--global-batch", std::to_string(global_batch_of(o)),
                                    "--total-steps", std::to_string(expected_global_steps(o)),
-                                   "--checkpoint", stage_checkpoint_path(o.run_dir, stage),
+                                   "--checkpoint", stage_checkpoint_path(o.run_dir, -1),
                                    "--checkpoint-every", std::to_string(o.checkpoint_every)};
   if (resume) {
     sync.push_back("--resume-from");
     sync.push_back(stage_checkpoint_path(o.run_dir, stage));
   }
   std::vector<std::string> args = {"peer",          "--slowdown",    fmt::format("{}", slowdown),
-          "--emulated-cost", fmt::format("{}", o.emulated_seconds_per_sample),          "--stage",       std::to_string(stage),
+          "--emulated-cost", fmt::format("{}", o.emulated_seconds_per_sample),
+          "--rebalance-period", fmt::format("{}", o.rebalance_period_seconds),
+          "--stage",       std::to_string(stage),
           "--stages",      std::to_string(o.stages),
           "--peer-id",     id,
           "--bootstrap",   fmt::format("127.0.0.1:{}", port),
@@ -171,16 +175,7 @@ class ReplicaHashLog {
 };
 
 std::map<std::string, PeerAnnouncementRecord> read_peers(DhtRegistry& registry, int stages) {
-  std::map<std::string, PeerAnnouncementRecord> peers;
-  for (int s = 0; s < stages; ++s) {
-    auto records = registry.get(stage_registry_key(s));
-    if (!records.is_ok()) continue;
-    for (const auto& record : *records) {
-      auto announcement = PeerAnnouncementRecord::from_json(record.value);
-      if (announcement.is_ok()) peers[announcement->peer_id] = *announcement;
-    }
-  }
-  return peers;
+  return read_stage_announcements(registry, stages);
 }
 
 // Per stage, the peers whose progress records show they see all their stage-mates.
@@ -240,11 +235,15 @@ class PeerFleet {
     return Status::ok();
   }
 
-  // Returns the peer the action hit; empty if the stage had none to hit.
-  std::string apply(const ChaosAction& action) {
+  // Returns the peer the action hit; empty if the stage had none to hit. Peers
+  // serve the stage the registry shows them in (they move); `announced` says which.
+  std::string apply(const ChaosAction& action, const std::map<std::string, PeerAnnouncementRecord>& announced) {
     if (action.kind == ChaosAction::Kind::restart_peer) return spawn(action.stage, 1.0, false).value_or("");
     std::lock_guard lock(mu_);
     if (action.kind == ChaosAction::Kind::continue_peer) return continue_group(action.group);
+    for (auto& p : processes_) {
+      if (auto it = announced.find(p.id); it != announced.end()) p.stage = it->second.stage;
+    }
     PeerProcess* peer = live_peer(action.stage);
     if (peer == nullptr) return "";
     if (action.kind == ChaosAction::Kind::kill_peer) {
@@ -295,8 +294,10 @@ class PeerFleet {
 // plan ends or the runner goes.
 class ChaosRunner {
  public:
-  ChaosRunner(std::vector<ChaosAction> plan, PeerFleet* fleet, MetricsWriter* metrics, const LineSink& print)
-      : thread_([this, plan = std::move(plan), fleet, metrics, &print] { run(plan, fleet, metrics, print); }) {}
+  ChaosRunner(std::vector<ChaosAction> plan, PeerFleet* fleet, DhtRegistry* registry, int stages,
+              MetricsWriter* metrics, const LineSink& print)
+      : registry_(registry), stages_(stages),
+        thread_([this, plan = std::move(plan), fleet, metrics, &print] { run(plan, fleet, metrics, print); }) {}
   ~ChaosRunner() {
     {
       std::lock_guard lock(mu_);
@@ -316,7 +317,7 @@ class ChaosRunner {
             start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(action.at_seconds));
         if (done_cv_.wait_until(lock, at, [&] { return done_; })) return;
       }
-      const std::string target = fleet->apply(action);
+      const std::string target = fleet->apply(action, read_peers(*registry_, stages_));
       metrics->write({{"kind", "event"}, {"event", fmt::format("chaos_{}", chaos_kind_name(action.kind))},
                       {"peer", target}, {"stage", action.stage}});
       print(fmt::format("chaos: {} stage {} -> {}", chaos_kind_name(action.kind), action.stage,
@@ -329,6 +330,8 @@ class ChaosRunner {
     done_cv_.wait(lock, [&] { return done_; });
   }
 
+  DhtRegistry* registry_;
+  const int stages_;
   std::mutex mu_;
   std::condition_variable done_cv_;
   bool done_ = false;
@@ -345,8 +348,9 @@ class RunRecorder {
   RunRecorder(const LocalSwarmOptions& o, DhtRegistry* registry,
               const std::vector<std::unique_ptr<SwarmTrainer>>* trainers, MetricsWriter* metrics,
               const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known)
-      : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)),
-        ever_known_(known_) {}
+      : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)) {
+    for (const auto& [id, peer] : known_) ever_known_[{id, peer.stage}] = peer;
+  }
 
   void on_step(const StepReport& report) {
     const WireVolume wire = wire_volume();
@@ -426,8 +430,16 @@ class RunRecorder {
     auto current = read_peers(*registry_, o_.stages);
     auto counts = served();
     for (const auto& [id, peer] : current) {
-      ever_known_[id] = peer;
-      if (!known_.count(id)) write_peer_event("peer_joined", id, peer.stage);
+      ever_known_[{id, peer.stage}] = peer;
+      const auto before = known_.find(id);
+      if (before == known_.end()) {
+        write_peer_event("peer_joined", id, peer.stage);
+      } else if (before->second.stage != peer.stage) {
+        metrics_->write({{"kind", "event"}, {"event", "peer_moved"}, {"peer", id},
+                         {"from_stage", before->second.stage}, {"to_stage", peer.stage}});
+        print_(fmt::format("rebalancing: peer {} moved from stage {} to stage {}", id, before->second.stage, peer.stage),
+               false);
+      }
       metrics_->write({{"kind", "peer"}, {"peer", id}, {"stage", peer.stage}, {"forward", counts[id].forward},
                        {"backward", counts[id].backward}, {"failures", counts[id].failures},
                        {"throughput", peer.throughput}});
@@ -444,7 +456,7 @@ class RunRecorder {
   // can no longer be accumulated.
   void write_sample_ledgers() {
     std::vector<std::tuple<std::string, int, std::string>> peers;
-    for (const auto& [id, peer] : ever_known_) peers.emplace_back(id, peer.stage, peer.address);
+    for (const auto& [key, peer] : ever_known_) peers.emplace_back(key.first, key.second, peer.address);
     std::vector<protocol::SampleLedger> stages(o_.stages);
     std::vector<int> answered(o_.stages, 0);
     std::vector<int> silent(o_.stages, 0);
@@ -474,9 +486,9 @@ class RunRecorder {
       metrics_->write(std::move(record));
       const auto& l = stages[s];
       print_(fmt::format("stage {}: {} samples accumulated of {} completed ({} peers, {} silent); lost: {} re-sync, {} "
-                         "non-finite, {} failed rounds; refused: {} duplicates, {} expired",
+                         "non-finite, {} failed rounds, {} moved; refused: {} duplicates, {} expired",
                          s, l.samples_accumulated_total, completed, answered[s], silent[s], l.samples_lost_resync,
-                         l.samples_lost_nonfinite, l.samples_lost_failed_round, l.backward_duplicates_refused,
+                         l.samples_lost_nonfinite, l.samples_lost_failed_round, l.samples_lost_moved, l.backward_duplicates_refused,
                          l.expired_dropped),
              false);
     }
@@ -507,7 +519,8 @@ class RunRecorder {
   MetricsWriter* metrics_;
   const LineSink& print_;
   std::map<std::string, PeerAnnouncementRecord> known_;
-  std::map<std::string, PeerAnnouncementRecord> ever_known_;  // lost ones too, for their ledgers
+  // By (peer, stage): lost ones too, and every stage a peer served, for their ledgers.
+  std::map<std::pair<std::string, int>, PeerAnnouncementRecord> ever_known_;
   ReplicaHashLog replicas_;
   Clock::time_point last_peer_poll_ = Clock::now() - std::chrono::seconds(10);
   Clock::time_point last_replica_poll_ = Clock::now() - std::chrono::seconds(10);
@@ -539,6 +552,7 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     o->global_batch = config.value("global_batch", int64_t{-1});
     o->checkpoint_every = config.value("checkpoint_every", o->checkpoint_every);
     o->codec = config.value("codec", o->codec);
+    o->rebalance_period_seconds = config.value("rebalance_period_seconds", o->rebalance_period_seconds);
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("{}/config.json: {}", dir.string(), e.what());
   }
@@ -567,6 +581,9 @@ Status check_options(const LocalSwarmOptions& o) {
   if (o.stages < 1 || o.peers_per_stage < 1 || o.trainers < 1 || o.steps < 1 || o.microbatch < 1 ||
       o.microbatches_per_step < 1 || o.in_flight < 1) {
     return invalid_argument("stages, peers per stage, trainers, steps, microbatch sizes and in-flight counts must be >= 1");
+  }
+  if (!(o.rebalance_period_seconds >= 0) || !std::isfinite(o.rebalance_period_seconds)) {
+    return invalid_argument("--rebalance-period {} must be a number of seconds >= 0", o.rebalance_period_seconds);
   }
   SWARM_RETURN_IF_ERROR(o.model.validate());
   return gpt::partition_layers(o.model, o.stages).status();
@@ -629,6 +646,8 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"global_batch", o.global_batch},
       {"global_batch_samples", global_batch_of(o)},
       {"checkpoint_every", o.checkpoint_every},
+      {"rebalance_period_seconds", o.rebalance_period_seconds},
+      {"emulated_seconds_per_sample", o.emulated_seconds_per_sample},
       {"transport", "zmq"},
       {"codec", o.codec},
       {"registry", "opendht"},
@@ -823,7 +842,7 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
                                   [&](const StepReport& report) { recorder.on_step(report); });
   Result<TrainingSummary> summary = internal("not trained");
   {
-    ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.metrics, print);
+    ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.registry, o.stages, &run.metrics, print);
     summary = loop.run();
   }
   SWARM_RETURN_IF_ERROR(summary.status());

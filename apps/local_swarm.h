@@ -62,6 +62,9 @@ struct LocalSwarmOptions {
   // Adds this many seconds per sample to every peer's work (x2.5 for backward),
   // so routing experiments measure the emulated speeds rather than CPU noise.
   double emulated_seconds_per_sample = 0;
+  // Seconds between each peer's rebalancing checks (jittered): a peer may move to
+  // the bottleneck stage, and an emptied stage is refilled. 0: peers never move.
+  double rebalance_period_seconds = 10;
   // `swarm trainer`: join an existing swarm through this DHT node instead of
   // starting one.
   std::string bootstrap;

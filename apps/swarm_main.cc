@@ -218,6 +218,9 @@ int main(int argc, char** argv) {
   local_cmd->add_option("--emulated-cost", local.emulated_seconds_per_sample,
                         "Extra seconds per sample on every peer (routing experiments)")
       ->capture_default_str();
+  local_cmd->add_option("--rebalance-period", local.rebalance_period_seconds,
+                        "Seconds between each peer's checks whether to move to the bottleneck stage (0: never move)")
+      ->capture_default_str();
   local_cmd->add_option("--slow-peer", local.slow_peer,
                         "STAGE:FACTOR: the first peer of STAGE runs FACTOR times slower (routing experiments)");
   local_cmd->add_option("--chaos", local.chaos,
@@ -239,7 +242,10 @@ int main(int argc, char** argv) {
 
   swarm::apps::PeerRoleOptions peer;
   CLI::App* peer_cmd = app.add_subcommand("peer", "Serve one stage of a GPT to the swarm");
-  peer_cmd->add_option("--stage", peer.stage, "The stage this peer serves")->required();
+  peer_cmd->add_option("--stage", peer.stage, "The stage this peer starts on (default: the one the swarm needs most)");
+  peer_cmd->add_option("--rebalance-period", peer.rebalance_period_seconds,
+                       "Seconds between checks whether this peer should move to the bottleneck stage (0: never move)")
+      ->capture_default_str();
   peer_cmd->add_option("--stages", peer.num_stages, "Stages in the pipeline")->capture_default_str();
   peer_cmd->add_option("--peer-id", peer.peer_id, "Name in the registry (default: stageN-PID)");
   peer_cmd->add_option("--bootstrap", peer.bootstrap, "HOST:PORT of a DHT node")->required();
@@ -271,7 +277,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   peer_cmd->add_option("--total-steps", peer.total_steps, "Global steps of the lr decay (0: constant after warm-up)")
       ->capture_default_str();
-  peer_cmd->add_option("--checkpoint", peer.checkpoint_path, "Stage checkpoint file (written by one replica)");
+  peer_cmd->add_option("--checkpoint", peer.checkpoint_path,
+                       "Stage checkpoint file (written by one replica); {stage} in it becomes the stage's index");
   peer_cmd->add_option("--checkpoint-every", peer.checkpoint_every_steps, "Global steps between checkpoints")
       ->capture_default_str();
   peer_cmd->add_option("--resume-from", peer.resume_from, "Start from this stage checkpoint");

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <thread>
 
@@ -63,6 +64,22 @@ int run_bootstrap(const std::string& host, uint16_t port, const std::string& sec
   return 0;
 }
 
+namespace {
+
+using GptPeer = Peer<gpt::GptStage<CpuBackend>, ZmqTransport, DhtRegistry, compression::StandardCodecs>;
+
+// A peer without --stage joins where the swarm needs it most. A young DHT node may
+// not see the swarm yet: it looks a few times before concluding the swarm is empty.
+int choose_stage(DhtRegistry& registry, int num_stages) {
+  for (int attempt = 0; attempt < 5 && !stop_requested(); ++attempt) {
+    if (!announced_loads(registry, num_stages).empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  }
+  return stage_the_swarm_needs(registry, num_stages);
+}
+
+}  // namespace
+
 int run_peer(const PeerRoleOptions& options) {
   install_stop_signals();
   cpu::set_num_threads(options.threads);
@@ -71,22 +88,24 @@ int run_peer(const PeerRoleOptions& options) {
     fmt::print(stderr, "swarm peer: {}\n", layouts.status().to_string());
     return 1;
   }
-  if (options.stage < 0 || options.stage >= options.num_stages) {
+  if (options.stage < -1 || options.stage >= options.num_stages) {
     fmt::print(stderr, "swarm peer: stage {} does not exist (0..{})\n", options.stage, options.num_stages - 1);
     return 1;
   }
-  auto stage = gpt::GptStage<CpuBackend>::create(options.model, (*layouts)[options.stage], options.seed);
-  if (!stage.is_ok()) {
-    fmt::print(stderr, "swarm peer: {}\n", stage.status().to_string());
+  if (!(options.rebalance_period_seconds >= 0) || !std::isfinite(options.rebalance_period_seconds)) {
+    fmt::print(stderr, "swarm peer: --rebalance-period {} must be a number of seconds >= 0\n",
+               options.rebalance_period_seconds);
     return 1;
   }
+  StageFactory<gpt::GptStage<CpuBackend>> make_stage = [&options, layouts = *layouts](int index) {
+    return gpt::GptStage<CpuBackend>::create(options.model, layouts[index], options.seed);
+  };
   auto access = SwarmAccess::create(options.host, options.secret);
   if (!access.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", access.status().to_string());
     return 1;
   }
-  auto peer_id = access->peer_id(options.peer_id.empty() ? fmt::format("stage{}-{}", options.stage, ::getpid())
-                                                         : options.peer_id);
+  auto peer_id = access->peer_id(options.peer_id.empty() ? fmt::format("peer-{}", ::getpid()) : options.peer_id);
   if (!peer_id.is_ok()) {
     fmt::print(stderr, "swarm peer: --peer-id: {}\n", peer_id.status().to_string());
     return 1;
@@ -98,8 +117,12 @@ int run_peer(const PeerRoleOptions& options) {
     fmt::print(stderr, "swarm peer: registry: {}\n", registry.status().to_string());
     return 1;
   }
+  const int stage = options.stage >= 0 ? options.stage : choose_stage(*registry, options.num_stages);
   PeerConfig config;
-  config.stage_index = options.stage;
+  config.stage_index = stage;
+  config.num_stages = options.num_stages;
+  config.rebalance_period_seconds = options.num_stages > 1 ? options.rebalance_period_seconds : 0;
+  config.rebalance_seed = options.seed;
   config.peer_id = *peer_id;
   config.bind_address = options.bind.empty() ? fmt::format("tcp://{}:*", options.host) : options.bind;
   config.server.security = access->server_security();
@@ -132,19 +155,23 @@ int run_peer(const PeerRoleOptions& options) {
   config.test_die_after_allreduce_sends = options.test_die_in_allreduce_after;
   config.test_die_after_state_chunks = options.test_die_after_state_chunks;
   config.test_die_by_signal = true;
-  Peer<gpt::GptStage<CpuBackend>, ZmqTransport, DhtRegistry, compression::StandardCodecs> peer(config, std::move(stage).value(), &*registry);
+  GptPeer peer(config, make_stage, &*registry);
   Status started = peer.start();
   if (!started.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", started.to_string());
     return 1;
   }
-  fmt::print("peer {} serving stage {} of {} at {}{}\n", config.peer_id, options.stage, options.num_stages,
-             peer.address(), access->secured() ? " (CURVE)" : "");
+  fmt::print("peer {} serving stage {} of {} at {}{}{}\n", config.peer_id, stage, options.num_stages, peer.address(),
+             access->secured() ? " (CURVE)" : "",
+             config.rebalance_period_seconds > 0
+                 ? fmt::format(", rebalancing every {:g} s", config.rebalance_period_seconds)
+                 : std::string());
   std::fflush(stdout);
   while (!wait_for_stop(5)) {
     PeerStats stats = peer.stats();
-    fmt::print("peer {}: {} forward, {} backward, {} steps, {:.1f} samples/s, global step {}, params {:016x}{}\n",
-               config.peer_id, stats.forward, stats.backward, stats.optimizer_steps, stats.throughput,
+    fmt::print("peer {}: stage {}, {} forward, {} backward, {} steps, {:.1f} samples/s, global step {}, params "
+               "{:016x}{}\n",
+               config.peer_id, stats.stage, stats.forward, stats.backward, stats.optimizer_steps, stats.throughput,
                stats.global_step, stats.params_hash, stats.serving ? "" : " (re-syncing)");
     std::fflush(stdout);
   }

@@ -24,8 +24,10 @@ int run_bootstrap(const std::string& host, uint16_t port, const std::string& sec
 
 struct PeerRoleOptions {
   gpt::GptConfig model;
-  int stage = 0;
+  int stage = -1;  // -1: the stage the swarm needs most when it starts
   int num_stages = 2;
+  // Seconds between rebalancing checks (jittered); 0: serve one stage for ever.
+  double rebalance_period_seconds = 300;
   std::string peer_id;
   std::string bootstrap;  // host:port of a DHT node
   std::string host = "127.0.0.1";  // the DHT node and the servers bind it; others dial it
@@ -45,7 +47,7 @@ struct PeerRoleOptions {
   // Stage synchronization (0: solo mode, a local step every step_every_samples).
   int64_t global_batch_samples = 0;
   int64_t total_steps = 0;            // lr decay horizon; 0: constant after warm-up
-  std::string checkpoint_path;        // the stage's checkpoint (written by one replica)
+  std::string checkpoint_path;        // the stage's checkpoint (written by one replica); {stage}: its index
   int64_t checkpoint_every_steps = 0;
   std::string resume_from;
   double all_reduce_part_timeout_seconds = 2.0;

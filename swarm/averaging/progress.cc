@@ -20,7 +20,8 @@ std::string ProgressRecord::to_json() const {
                         {"time", published_at},   {"averaging", averaging},
                         {"hash", hex64(params_hash)}, {"hashes", hashes},
                         {"mates", stage_mates_seen}, {"nonce", hex64(round_nonce)},
-                        {"allreduce_bytes", allreduce_bytes}, {"allreduce_values", allreduce_values}}
+                        {"allreduce_bytes", allreduce_bytes}, {"allreduce_values", allreduce_values},
+                        {"departed", departed}}
       .dump();
 }
 
@@ -97,9 +98,11 @@ Status read_fields(const nlohmann::json& j, ProgressRecord* r) {
   SWARM_RETURN_IF_ERROR(read_integer(j, "allreduce_values", false, &r->allreduce_values));
   SWARM_RETURN_IF_ERROR(read_hash(j, "nonce", &r->round_nonce));
   SWARM_RETURN_IF_ERROR(read_hash(j, "hash", &r->params_hash));
-  if (const auto it = j.find("averaging"); it != j.end()) {
-    if (!it->is_boolean()) return invalid_argument("progress record: 'averaging' must be true or false");
-    r->averaging = it->get<bool>();
+  for (auto [key, field] : {std::pair{"averaging", &r->averaging}, std::pair{"departed", &r->departed}}) {
+    const auto it = j.find(key);
+    if (it == j.end()) continue;
+    if (!it->is_boolean()) return invalid_argument("progress record: '{}' must be true or false", key);
+    *field = it->get<bool>();
   }
   if (stage < 0 || stage > INT32_MAX || mates < 0 || mates > INT32_MAX) {
     return invalid_argument("progress record: stage or mates out of range");

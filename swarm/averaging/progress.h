@@ -47,6 +47,9 @@ struct ProgressRecord {
   // the float values they carry (for the run's bytes per value).
   int64_t allreduce_bytes = 0;
   int64_t allreduce_values = 0;
+  // Its last record before it moved to another stage: stage-mates stop counting it
+  // at once rather than once it is stale, so their next round does not wait for it.
+  bool departed = false;
 
   std::string to_json() const;
   static Result<ProgressRecord> from_json(const std::string& text);

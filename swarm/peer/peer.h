@@ -9,13 +9,22 @@
 // compute. Without a global batch (solo mode) a peer takes a local AdamW step every
 // `step_every_samples` samples instead of syncing.
 //
+// A peer built with a StageFactory can change stage (adaptive rebalancing, DESIGN
+// §5.4): the stage's parts (replica, service, sync) are rebuilt for the new stage
+// while the servers, their addresses and the announcer stay. Rebalancing (its own
+// part) decides when.
+//
 //   swarm::Peer<GptStage<CpuBackend>, ZmqTransport, DhtRegistry, StandardCodecs> peer(config, std::move(stage), &registry);
 //   SWARM_RETURN_IF_ERROR(peer.start());
 //   ... peer.stop();
 #pragma once
 
+#include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
+#include <thread>
 #include <string>
 
 #include <fmt/format.h>
@@ -31,6 +40,7 @@
 #include "swarm/optim/optimizer.h"
 #include "swarm/peer/peer_stats.h"
 #include "swarm/peer/periodic_task.h"
+#include "swarm/peer/rebalancing.h"
 #include "swarm/peer/replica.h"
 #include "swarm/peer/stage_service.h"
 #include "swarm/peer/stage_sync.h"
@@ -40,6 +50,10 @@
 #include "swarm/wire/wire.h"
 
 namespace swarm {
+
+// Builds the stage of a given index, for a peer that may change stage.
+template <Stage S>
+using StageFactory = std::function<Result<S>(int stage_index)>;
 
 struct PeerConfig {
   int stage_index = 0;
@@ -77,12 +91,22 @@ struct PeerConfig {
   AllReduceConfig all_reduce;
   StateTransferConfig state_transfer;
   int64_t total_steps = 0;  // for the lr decay; 0: constant after warm-up
+  // "{stage}" in it is replaced by the stage's index; a peer that moves needs it.
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;
   std::string resume_from;  // a stage checkpoint to start from
   // Whether a connection's authenticated identity may send all-reduce parts as a
   // peer id (swarm/averaging/all_reduce.h); unset, every part passes.
   SpeaksFor speaks_for;
+
+  // Adaptive rebalancing, for a peer built with a StageFactory: every period (with
+  // jitter) it may move to the stage the pipeline needs most. 0 turns it off.
+  int num_stages = 0;
+  double rebalance_period_seconds = 0;
+  rebalance::RebalanceConfig rebalance;  // its period_seconds is rebalance_period_seconds
+  uint64_t rebalance_seed = 0;
+  // How long a moving peer waits for the round that takes its accumulated samples.
+  double drain_timeout_seconds = 30;
 
   // Fault-injection hooks for tests: die (stop answering, or SIGKILL the process
   // with die_by_signal) after sending this many all-reduce parts in one round, or
@@ -95,54 +119,58 @@ struct PeerConfig {
 template <Stage S, Transport T, Registry R, CodecTable Codecs>
 class Peer {
  public:
-  Peer(PeerConfig config, S stage, R* registry)
-      : config_(std::move(config)), registry_(registry), counters_(std::make_shared<wire::ValidationCounters>()),
+  // Serves config.stage_index for ever.
+  Peer(PeerConfig config, S stage, R* registry) : Peer(std::move(config), StageFactory<S>(), registry) {
+    initial_stage_.emplace(std::move(stage));
+  }
+  // Builds stage config.stage_index with make_stage, and others when it moves.
+  Peer(PeerConfig config, StageFactory<S> make_stage, R* registry)
+      : config_(std::move(config)), registry_(registry), make_stage_(std::move(make_stage)),
+        counters_(std::make_shared<wire::ValidationCounters>()),
         stats_([this](PeerStats& s) {
           s.rejected = static_cast<int64_t>(counters_->total());
-          s.serving = flags_.serving && !flags_.dead;
-          s.ledger = replica_->sample_ledger();
+          s.serving = flags_.serving && !flags_.dead && !moving_;
+          if (auto parts = current()) {
+            s.stage = parts->index;
+            s.ledger = parts->replica->sample_ledger();
+          }
         }),
-        replica_(std::make_shared<Replica<S>>(config_.stage_index, std::move(stage), config_.optimizer)),
         clients_(config_.client) {}
 
   ~Peer() { stop(); }
 
   Status start() {
-    if (global_mode() && !config_.resume_from.empty()) SWARM_RETURN_IF_ERROR(resume());
-    stats_.update([&](PeerStats& s) {
-      s.global_step = replica_->step();
-      s.params_hash = replica_->params_hash();
-    });
-    service_ = std::make_unique<StageService<S, Codecs>>(service_options(), replica_, &stats_, service_hooks());
-    SWARM_RETURN_IF_ERROR(bind_servers());
-    if (global_mode()) {
-      sync_ = std::make_unique<StageSync<S, T, R, Codecs>>(sync_config(), replica_, registry_, &clients_, &stats_,
-                                                           &flags_, [this] { (void)announce(); });
-      install_test_hooks();
-      SWARM_RETURN_IF_ERROR(sync_->start(control_address()));
-    } else {
-      flags_.serving = true;
-      stats_.notify();
+    if (rebalancing() && (!make_stage_ || config_.num_stages < 2)) {
+      return invalid_argument("rebalancing needs a stage factory and at least 2 stages (num_stages {})",
+                              config_.num_stages);
     }
-    if (flags_.serving) SWARM_RETURN_IF_ERROR(announce());
+    SWARM_ASSIGN_OR_RETURN(std::shared_ptr<StageParts> parts, make_parts(config_.stage_index));
+    if (global_mode() && !config_.resume_from.empty()) SWARM_RETURN_IF_ERROR(resume(*parts));
+    SWARM_RETURN_IF_ERROR(bind_servers());
+    install(parts);
+    SWARM_RETURN_IF_ERROR(start_stage(*parts));
     announcer_.start(config_.announce_period_seconds, [this] {
       if (flags_.dead) return;
       Status status = announce();
       if (!status.is_ok()) log_warn("peer {}: announce failed: {}", config_.peer_id, status.to_string());
     });
+    if (rebalancing()) start_rebalancing();
     log_info("peer {} {} stage {} at {} (control {})", config_.peer_id, flags_.serving ? "serves" : "syncs, then serves,",
-             config_.stage_index, address(), control_address());
+             parts->index, address(), control_address());
     return Status::ok();
   }
 
   // Stops announcing, withdraws, and closes the servers.
   void stop() {
     if (stopped_.exchange(true)) return;
+    if (auto parts = current(); parts && parts->sync) parts->sync->stop();  // ends a move's wait at once
+    if (rebalancing_) rebalancing_->stop();
     announcer_.stop();
-    if (sync_) sync_->stop();
-    if (compute_server_ && !flags_.dead) {
-      (void)registry_->withdraw(stage_registry_key(config_.stage_index), config_.peer_id);
-      if (sync_) sync_->withdraw();
+    auto parts = current();
+    if (parts && parts->sync) parts->sync->stop();
+    if (compute_server_ && !flags_.dead && parts) {
+      (void)registry_->withdraw(stage_registry_key(parts->index), config_.peer_id);
+      if (parts->sync) parts->sync->withdraw();
     }
     stop_servers();
   }
@@ -154,9 +182,17 @@ class Peer {
     return control_server_ ? std::string(control_server_->address()) : std::string();
   }
   const PeerConfig& config() const { return config_; }
-  int64_t requests_in_service() const { return service_ ? service_->in_service() : 0; }
+  // The stage it serves now (it may have moved since it started).
+  int stage_index() const {
+    auto parts = current();
+    return parts ? parts->index : config_.stage_index;
+  }
+  int64_t requests_in_service() const {
+    auto parts = current();
+    return parts ? parts->service->in_service() : 0;
+  }
   // What the stage takes and sends, as trainers see it through an `info` request.
-  protocol::StageSpec spec() const { return service_->spec(); }
+  protocol::StageSpec spec() const { return current()->service->spec(); }
   PeerStats stats() const { return stats_.snapshot(); }
   bool dead() const { return flags_.dead; }
 
@@ -166,13 +202,166 @@ class Peer {
     return stats_.wait_for(std::move(done), deadline);
   }
 
- private:
-  bool global_mode() const { return config_.global_batch_samples > 0; }
+  // Leaves its stage for stage `to`: stops serving and announcing there, drains the
+  // requests in service, lets its accumulated samples go into the stage's next round,
+  // then builds the new stage, takes its state from the new stage-mates (or its last
+  // checkpoint, if the stage emptied) and announces there. False if it could not, in
+  // which case it serves its old stage again.
+  bool move_to(int to) {
+    auto old = current();
+    if (!old || !make_stage_ || to == old->index || to < 0 || to >= config_.num_stages || stopped_) return false;
+    const int from = old->index;
+    log_info("peer {}: moving from stage {} to stage {}", config_.peer_id, from, to);
+    leave_stage(*old);
+    if (stopped_) return false;
+    auto parts = make_parts(to);
+    if (!parts.is_ok()) {
+      log_error("peer {}: cannot build stage {}: {}; back to stage {}", config_.peer_id, to,
+                parts.status().to_string(), from);
+      parts = make_parts(from);
+      if (!parts.is_ok()) return false;
+    }
+    refill_from_checkpoint(**parts);
+    install(*parts);
+    moving_ = false;
+    if ((*parts)->index != from) stats_.update([](PeerStats& s) { ++s.moves; });
+    if (Status started = start_stage(**parts); !started.is_ok()) {
+      log_error("peer {}: stage {} did not start: {}", config_.peer_id, (*parts)->index, started.to_string());
+    }
+    log_info("peer {}: moved from stage {} to stage {}", config_.peer_id, from, (*parts)->index);
+    return (*parts)->index == to;
+  }
 
-  Status resume() {
+ private:
+  // What changes with the stage: rebuilt by a move, reached through current().
+  struct StageParts {
+    int index = 0;
+    std::shared_ptr<Replica<S>> replica;
+    std::unique_ptr<StageService<S, Codecs>> service;
+    std::unique_ptr<StageSync<S, T, R, Codecs>> sync;
+  };
+
+  bool global_mode() const { return config_.global_batch_samples > 0; }
+  bool rebalancing() const { return config_.rebalance_period_seconds > 0; }
+
+  std::shared_ptr<StageParts> current() const {
+    std::lock_guard lock(parts_mu_);
+    return parts_;
+  }
+
+  void install(std::shared_ptr<StageParts> parts) {
+    std::lock_guard lock(parts_mu_);
+    served_stages_.insert(parts->index);
+    parts_ = std::move(parts);
+  }
+
+  Result<std::shared_ptr<StageParts>> make_parts(int index) {
+    std::optional<S> stage;
+    if (initial_stage_ && index == config_.stage_index) {
+      stage.emplace(std::move(*initial_stage_));
+      initial_stage_.reset();
+    } else if (make_stage_) {
+      SWARM_ASSIGN_OR_RETURN(S made, make_stage_(index));
+      stage.emplace(std::move(made));
+    } else {
+      return failed_precondition("peer {} has no stage factory to build stage {}", config_.peer_id, index);
+    }
+    auto parts = std::make_shared<StageParts>();
+    parts->index = index;
+    parts->replica = std::make_shared<Replica<S>>(index, std::move(*stage), config_.optimizer);
+    parts->service =
+        std::make_unique<StageService<S, Codecs>>(service_options(), parts->replica, &stats_, service_hooks(parts.get()));
+    return parts;
+  }
+
+  // Serving, or syncing first (global mode), and announced either way.
+  Status start_stage(StageParts& parts) {
+    stats_.update([&](PeerStats& s) {
+      s.global_step = parts.replica->step();
+      s.params_hash = parts.replica->params_hash();
+    });
+    if (global_mode()) {
+      parts.sync = std::make_unique<StageSync<S, T, R, Codecs>>(sync_config(parts), parts.replica, registry_, &clients_,
+                                                                &stats_, &flags_, [this] { (void)announce(); });
+      install_test_hooks(parts);
+      SWARM_RETURN_IF_ERROR(parts.sync->start(control_address()));
+    } else {
+      flags_.serving = true;
+      stats_.notify();
+    }
+    return announce();
+  }
+
+  // Trainers are turned away (unavailable: they retry elsewhere), the stage's record
+  // withdrawn, requests in service finish, and the stage's next round takes the
+  // samples they added. The old stage's ledger is kept for `info` about it.
+  void leave_stage(StageParts& old) {
+    moving_ = true;
+    flags_.serving = false;
+    stats_.notify();
+    (void)registry_->withdraw(stage_registry_key(old.index), config_.peer_id);
+    const Deadline until = deadline_after(config_.drain_timeout_seconds);
+    while (old.service->in_service() > 0 && Clock::now() < until && !stopped_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (old.sync) {
+      const bool clean = old.sync->leave(until);
+      if (!clean) log_warn("peer {}: left stage {} before its next round; its pending samples are lost", config_.peer_id, old.index);
+    } else {
+      old.replica->lose_pending_to_move();
+    }
+    std::lock_guard lock(parts_mu_);
+    add_ledger(past_ledgers_[old.index], old.replica->sample_ledger());
+  }
+
+  // A stage that emptied has no stage-mate to download from: its last checkpoint, if
+  // this machine has it, beats starting from scratch. Stage-mates ahead of it win.
+  void refill_from_checkpoint(StageParts& parts) {
+    const std::string path = checkpoint_path_for(parts.index);
+    std::error_code error;
+    if (path.empty() || !std::filesystem::exists(path, error)) return;
+    auto state = load_checkpoint(path);
+    Status loaded = state.is_ok() ? parts.replica->load(*state) : state.status();
+    if (!loaded.is_ok()) {
+      log_warn("peer {}: stage {} checkpoint {} not loaded: {}", config_.peer_id, parts.index, path, loaded.to_string());
+      return;
+    }
+    log_info("peer {}: stage {} from its checkpoint {} at step {}", config_.peer_id, parts.index, path, state->step);
+  }
+
+  static void add_ledger(protocol::SampleLedger& into, const protocol::SampleLedger& more) {
+    for (const auto& [name, field] : protocol::kSampleLedgerFields) {
+      if (__builtin_add_overflow(into.*field, more.*field, &(into.*field))) into.*field = INT64_MAX;
+    }
+  }
+
+  std::string checkpoint_path_for(int index) const {
+    std::string path = config_.checkpoint_path;
+    const size_t at = path.find("{stage}");
+    if (at != std::string::npos) return path.replace(at, 7, std::to_string(index));
+    // A fixed path names the stage it started with; another stage must not overwrite it.
+    return path.empty() || index == config_.stage_index ? path : fmt::format("{}.stage-{}", path, index);
+  }
+
+  void start_rebalancing() {
+    rebalance::RebalanceConfig policy = config_.rebalance;
+    policy.period_seconds = config_.rebalance_period_seconds;
+    rebalancing_ = std::make_unique<Rebalancing<R>>(
+        policy, config_.peer_id, config_.num_stages, config_.rebalance_seed, registry_,
+        [this] {
+          const PeerStats s = stats();
+          return rebalance::PeerLoad{config_.peer_id, s.stage, s.throughput,
+                                     std::max<int64_t>(0, requests_in_service() - 1)};
+        },
+        [this] { return flags_.serving && !flags_.dead && !moving_ && !stopped_; },
+        [this](int to) { return move_to(to); });
+    rebalancing_->start();
+  }
+
+  Status resume(StageParts& parts) {
     SWARM_ASSIGN_OR_RETURN(Checkpoint resumed, load_checkpoint(config_.resume_from));
-    SWARM_RETURN_IF_ERROR(replica_->load(resumed).with_context(config_.resume_from));
-    log_info("peer {} resumed stage {} at step {} from {}", config_.peer_id, config_.stage_index, resumed.step,
+    SWARM_RETURN_IF_ERROR(parts.replica->load(resumed).with_context(config_.resume_from));
+    log_info("peer {} resumed stage {} at step {} from {}", config_.peer_id, parts.index, resumed.step,
              config_.resume_from);
     return Status::ok();
   }
@@ -182,24 +371,33 @@ class Peer {
             config_.emulated_seconds_per_sample};
   }
 
-  StageServiceHooks service_hooks() {
+  // `parts` owns the service these hooks serve, so it outlives every call.
+  StageServiceHooks service_hooks(StageParts* parts) {
     return {[this]() -> Status {
               if (flags_.dead) return unavailable("peer {} is dead (test hook)", config_.peer_id);
+              if (moving_) return unavailable("peer {} is moving to another stage", config_.peer_id);
               if (!flags_.serving) {
                 return unavailable("peer {} is re-syncing its state and does not serve yet", config_.peer_id);
               }
               return Status::ok();
             },
-            [this](int64_t) { global_mode() ? sync_->wake() : local_step(); }};
+            [this, parts](int64_t) {
+              if (parts->sync) {
+                parts->sync->wake();
+              } else if (!global_mode()) {
+                local_step(*parts);
+              }
+            }};
   }
 
-  void local_step() {
-    auto stepped = replica_->maybe_local_step(config_.step_every_samples, config_.learning_rate, config_.warmup_steps);
+  void local_step(StageParts& parts) {
+    auto stepped =
+        parts.replica->maybe_local_step(config_.step_every_samples, config_.learning_rate, config_.warmup_steps);
     if (!stepped.is_ok()) log_warn("peer {}: optimizer step skipped: {}", config_.peer_id, stepped.status().to_string());
     if (stepped.is_ok() && *stepped) stats_.update([](PeerStats& s) { ++s.optimizer_steps; });
   }
 
-  StageSyncConfig sync_config() const {
+  StageSyncConfig sync_config(StageParts& parts) const {
     StageSyncConfig c;
     c.peer_id = config_.peer_id;
     c.global_batch_samples = config_.global_batch_samples;
@@ -213,21 +411,21 @@ class Peer {
     c.state_transfer = config_.state_transfer;
     // A donor's claimed size is checked against what this stage's state can be.
     c.state_transfer.max_state_bytes =
-        std::min(c.state_transfer.max_state_bytes, state_bytes_cap(replica_->parameter_count()));
+        std::min(c.state_transfer.max_state_bytes, state_bytes_cap(parts.replica->parameter_count()));
     c.schedule = optim::LrSchedule{.peak_lr = config_.learning_rate, .warmup_steps = config_.warmup_steps,
                                    .total_steps = config_.total_steps};
-    c.checkpoint_path = config_.checkpoint_path;
+    c.checkpoint_path = checkpoint_path_for(parts.index);
     c.checkpoint_every_steps = config_.checkpoint_every_steps;
     c.test_die_after_allreduce_sends = config_.test_die_after_allreduce_sends;
     c.speaks_for = config_.speaks_for;
     return c;
   }
 
-  void install_test_hooks() {
+  void install_test_hooks(StageParts& parts) {
     flags_.die_by_signal = config_.test_die_by_signal;
     flags_.on_death = [this] { stop_servers(); };
     if (config_.test_die_after_state_chunks > 0) {
-      sync_->donor().after_chunk = [this](int64_t served) {
+      parts.sync->donor().after_chunk = [this](int64_t served) {
         return served >= config_.test_die_after_state_chunks ? flags_.die(config_.peer_id, "while serving state")
                                                              : Status::ok();
       };
@@ -266,17 +464,19 @@ class Peer {
   }
 
   wire::Frames control(const PeerIdentity& from, const wire::DecodedMessage& message) {
-    if (Status refused = refuse_if_dead(message); !refused.is_ok()) return error(message, refused);
+    auto parts = current();
+    if (Status refused = refuse(message, *parts); !refused.is_ok()) return error(message, refused);
+    StageSync<S, T, R, Codecs>* sync = parts->sync.get();
     switch (message.header.kind) {
       case wire::MessageKind::ping:
         return ok(message);
       case wire::MessageKind::allreduce_part:
-        if (!sync_) return error(message, failed_precondition("peer {} does not average (solo mode)", config_.peer_id));
-        if (Status delivered = sync_->deliver_part(message, from); !delivered.is_ok()) return error(message, delivered);
+        if (!sync) return error(message, failed_precondition("peer {} does not average (solo mode)", config_.peer_id));
+        if (Status delivered = sync->deliver_part(message, from); !delivered.is_ok()) return error(message, delivered);
         return ok(message);
       case wire::MessageKind::state_chunk:
-        if (!sync_) return error(message, failed_precondition("peer {} does not donate state (solo mode)", config_.peer_id));
-        return sync_->donate_state(message);
+        if (!sync) return error(message, failed_precondition("peer {} does not donate state (solo mode)", config_.peer_id));
+        return sync->donate_state(message);
       default:
         return error(message, unimplemented("the control server does not serve message kind {}",
                                             static_cast<int>(message.header.kind)));
@@ -284,18 +484,33 @@ class Peer {
   }
 
   wire::Frames compute(const wire::DecodedMessage& message) {
-    if (Status refused = refuse_if_dead(message); !refused.is_ok()) return error(message, refused);
+    auto parts = current();
+    if (message.header.kind == wire::MessageKind::info) return info(message, *parts);
+    if (Status refused = refuse(message, *parts); !refused.is_ok()) return error(message, refused);
     if (message.header.kind == wire::MessageKind::ping) return ok(message);
-    if (message.header.kind == wire::MessageKind::info) {
-      const protocol::SampleLedger ledger = replica_->sample_ledger();
-      const protocol::RefusalCounts refusals = refusal_counts();
-      auto reply = protocol::encode_info_reply(message.header.request_id, service_->spec(), &ledger, &refusals);
-      return reply.is_ok() ? std::move(reply).value() : error(message, reply.status());
-    }
-    return service_->handle(message);
+    return parts->service->handle(message);
   }
 
-  protocol::RefusalCounts refusal_counts() {
+  // The spec of the stage it serves now, and the sample ledger of the stage asked
+  // about: one it left still accounts for the samples it accumulated there.
+  wire::Frames info(const wire::DecodedMessage& message, const StageParts& parts) {
+    if (flags_.dead) return error(message, unavailable("peer {} is dead (test hook)", config_.peer_id));
+    const int asked = static_cast<int>(message.header.stage);
+    protocol::SampleLedger ledger;
+    {
+      std::lock_guard lock(parts_mu_);
+      if (!served_stages_.count(asked)) {
+        return error(message, invalid_argument("this peer serves stage {}, not {}", parts.index, asked));
+      }
+      if (auto it = past_ledgers_.find(asked); it != past_ledgers_.end()) ledger = it->second;
+    }
+    if (asked == parts.index) add_ledger(ledger, parts.replica->sample_ledger());
+    const protocol::RefusalCounts refusals = refusal_counts(parts);
+    auto reply = protocol::encode_info_reply(message.header.request_id, parts.service->spec(), &ledger, &refusals);
+    return reply.is_ok() ? std::move(reply).value() : error(message, reply.status());
+  }
+
+  protocol::RefusalCounts refusal_counts(const StageParts& parts) {
     const PeerStats s = stats();
     protocol::RefusalCounts counts{{"validation", s.rejected},
                                    {"spec", s.spec_refused},
@@ -307,7 +522,7 @@ class Peer {
                                    {"backward_duplicates", s.ledger.backward_duplicates_refused},
                                    {"expired", s.ledger.expired_dropped},
                                    {"deadline", s.ledger.deadline_refused}};
-    if (sync_) counts["state_requests"] = sync_->donor().refused_requests();
+    if (parts.sync) counts["state_requests"] = parts.sync->donor().refused_requests();
     std::lock_guard lock(servers_mu_);
     for (const auto* server : {&compute_server_, &control_server_}) {
       if (!server->has_value()) continue;
@@ -319,9 +534,16 @@ class Peer {
     return counts;
   }
 
-  Status refuse_if_dead(const wire::DecodedMessage& message) const {
-    if (message.header.stage != static_cast<uint32_t>(config_.stage_index)) {
-      return invalid_argument("this peer serves stage {}, not {}", config_.stage_index, message.header.stage);
+  // A request for a stage it left is retried elsewhere (unavailable); one for a stage
+  // it never served is the caller's mistake.
+  Status refuse(const wire::DecodedMessage& message, const StageParts& parts) const {
+    if (message.header.stage != static_cast<uint32_t>(parts.index)) {
+      std::lock_guard lock(parts_mu_);
+      if (served_stages_.count(static_cast<int>(message.header.stage))) {
+        return unavailable("peer {} moved to stage {}; it no longer serves stage {}", config_.peer_id, parts.index,
+                           message.header.stage);
+      }
+      return invalid_argument("this peer serves stage {}, not {}", parts.index, message.header.stage);
     }
     if (flags_.dead) return unavailable("peer {} is dead (test hook)", config_.peer_id);
     return Status::ok();
@@ -330,32 +552,39 @@ class Peer {
   wire::Frames ok(const wire::DecodedMessage& request) const {
     wire::MessageHeader header;
     header.kind = wire::MessageKind::result;
-    header.stage = static_cast<uint32_t>(config_.stage_index);
+    header.stage = request.header.stage;
     header.request_id = request.header.request_id;
     return wire::Frames{{wire::serialize_header(header)}};
   }
 
   wire::Frames error(const wire::DecodedMessage& request, const Status& status) const {
-    return wire::make_error_reply(request.header.request_id, static_cast<uint32_t>(config_.stage_index), status);
+    return wire::make_error_reply(request.header.request_id, request.header.stage, status);
   }
 
+  // Announced while it syncs too, as not serving: trainers pass it by, rebalancers count it.
   Status announce() {
-    if (flags_.dead || !flags_.serving) return Status::ok();
-    PeerAnnouncementRecord record{config_.peer_id, address(), config_.stage_index, stats().throughput,
-                                  std::max<int64_t>(0, requests_in_service() - 1)};
-    return registry_->announce(stage_registry_key(config_.stage_index), config_.peer_id, record.to_json(),
+    auto parts = current();
+    if (flags_.dead || moving_ || !parts) return Status::ok();
+    PeerAnnouncementRecord record{config_.peer_id, address(), parts->index, stats().throughput,
+                                  std::max<int64_t>(0, parts->service->in_service() - 1), flags_.serving.load()};
+    return registry_->announce(stage_registry_key(parts->index), config_.peer_id, record.to_json(),
                                registry_->now() + config_.announce_ttl_seconds);
   }
 
   PeerConfig config_;
   R* registry_;
+  StageFactory<S> make_stage_;
+  std::optional<S> initial_stage_;  // the first stage, when built by the caller
   std::shared_ptr<wire::ValidationCounters> counters_;
   PeerFlags flags_;
+  std::atomic<bool> moving_{false};
   StatsBoard stats_;
-  std::shared_ptr<Replica<S>> replica_;
   ClientCache<T> clients_;
-  std::unique_ptr<StageService<S, Codecs>> service_;
-  std::unique_ptr<StageSync<S, T, R, Codecs>> sync_;
+  mutable std::mutex parts_mu_;  // guards the three below
+  std::shared_ptr<StageParts> parts_;
+  std::set<int> served_stages_;
+  std::map<int, protocol::SampleLedger> past_ledgers_;
+  std::unique_ptr<Rebalancing<R>> rebalancing_;
   std::mutex servers_mu_;
   std::optional<typename T::server_type> compute_server_;
   std::optional<typename T::server_type> control_server_;

@@ -41,6 +41,8 @@ struct PeerStats {
   int64_t unvouched_ahead = 0;        // records ahead of this replica that no majority vouched for (per check)
   int64_t bad_records = 0;            // registry records refused: wrong types, out of range, from the future
   bool serving = false;
+  int stage = 0;      // the stage it serves now
+  int64_t moves = 0;  // stage changes by rebalancing
   // Where every backward sample went, and the requests refused for their deadline
   // or as duplicates (the replica's, filled in on read).
   protocol::SampleLedger ledger;

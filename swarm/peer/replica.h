@@ -119,6 +119,15 @@ class Replica {
     change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
   }
 
+  // The peer leaves this stage without a round to take its pending samples: their
+  // gradients go with this replica, and the ledger says where.
+  void lose_pending_to_move() {
+    std::lock_guard lock(mu_);
+    (void)stage_.zero_grad();
+    accumulated_microbatches_ = 0;
+    change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_lost_moved); });
+  }
+
   struct Gradients {
     std::vector<float> mean;  // in parameter_views() order, the same on every replica
     int64_t samples = 0;

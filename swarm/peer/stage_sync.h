@@ -124,6 +124,29 @@ class StageSync {
 
   void withdraw() { (void)registry_->withdraw(progress_registry_key(stage()), config_.peer_id); }
 
+  // The peer moves to another stage and no longer serves this one. The loop takes
+  // part in the round that ends this step, so the samples this replica accumulated
+  // still count; then a departed record tells the stage-mates not to wait for it.
+  // True if it left after that round (or with nothing pending); false at `until`,
+  // when its pending samples are counted as lost to the move.
+  bool leave(Deadline until) {
+    {
+      std::lock_guard lock(mu_);
+      leaving_ = true;
+    }
+    cv_.notify_all();
+    bool clean = false;
+    {
+      std::unique_lock lock(mu_);
+      clean = left_cv_.wait_until(lock, until, [&] { return left_ || stopping_; }) && left_;
+    }
+    stop();
+    if (!clean) replica_->lose_pending_to_move();
+    departed_ = true;
+    (void)publish_progress(false);
+    return clean;
+  }
+
   // A backward arrived: the loop re-checks the global batch now, not at its next tick.
   void wake() {
     {
@@ -196,6 +219,7 @@ class StageSync {
 
   void loop() {
     double last_publish = -1e9;
+    bool leaving = false;
     while (true) {
       {
         std::unique_lock lock(mu_);
@@ -203,6 +227,7 @@ class StageSync {
                      [&] { return stopping_ || samples_arrived_; });
         samples_arrived_ = false;
         if (stopping_ || flags_->dead) return;
+        leaving = leaving_;
       }
       update_rate();
       report_inbox_counters();
@@ -213,6 +238,10 @@ class StageSync {
       }
       if (now - last_progress_read_ >= config_.progress_period_seconds) read_progress();
       const GlobalBatchDecision decision = decide();
+      if (leaving) {
+        if (leave_after(decision)) return;
+        continue;
+      }
       if (decision.behind || !flags_->serving) {
         resync();
       } else if (decision.ready) {
@@ -220,6 +249,19 @@ class StageSync {
         last_publish = -1e9;
       }
     }
+  }
+
+  // While leaving: the round that ends this step takes the pending samples; with none
+  // pending, or once stage-mates are past this step, there is nothing to wait for.
+  bool leave_after(const GlobalBatchDecision& decision) {
+    if (decision.ready && replica_->accumulated_samples() > 0) run_round();
+    if (!decision.ready && !decision.behind && replica_->accumulated_samples() > 0) return false;
+    {
+      std::lock_guard lock(mu_);
+      left_ = true;
+    }
+    left_cv_.notify_all();
+    return true;
   }
 
   // ---- progress records ----
@@ -240,6 +282,7 @@ class StageSync {
     r.stage_mates_seen = static_cast<int>(stage_progress_.size());
     r.allreduce_bytes = allreduce_bytes_;
     r.allreduce_values = allreduce_values_;
+    r.departed = departed_;
     return r;
   }
 
@@ -282,6 +325,7 @@ class StageSync {
     }
     stage_progress_.clear();
     for (auto& [id, r] : merged) {
+      if (r.departed) continue;  // moved to another stage: gone now, not once stale
       if (r.published_at >= now - config_.progress_stale_seconds) stage_progress_.push_back(std::move(r));
     }
     std::lock_guard lock(known_mates_mu_);
@@ -710,6 +754,10 @@ class StageSync {
   std::condition_variable cv_;
   bool stopping_ = false;
   bool samples_arrived_ = false;
+  bool leaving_ = false;
+  bool left_ = false;
+  std::condition_variable left_cv_;
+  std::atomic<bool> departed_{false};
   std::thread thread_;
 };
 

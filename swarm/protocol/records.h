@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 
 #include <fmt/format.h>
@@ -73,16 +74,20 @@ struct PeerAnnouncementRecord {
   int stage = 0;
   double throughput = 0;  // samples per second
   int64_t queue_length = 0;
+  // False while it downloads the stage's state (joining, re-syncing or just moved
+  // here): trainers do not route to it, but rebalancers count it, so a second peer
+  // does not move to fill a vacancy that one is already filling.
+  bool serving = true;
 
   std::string to_json() const {
-    return nlohmann::json{{"peer", peer_id}, {"address", address}, {"stage", stage},
-                          {"throughput", throughput}, {"queue", queue_length}}
+    return nlohmann::json{{"peer", peer_id},       {"address", address},     {"stage", stage},
+                          {"throughput", throughput}, {"queue", queue_length}, {"serving", serving}}
         .dump();
   }
 
   // peer and address: non-empty text, required; stage: an integer in [0, 2^31);
   // throughput: a finite number in [0, 1e12]; queue: an integer >= 0. The last
-  // three may be absent (0). Unknown fields are ignored.
+  // three may be absent (0); serving: true or false, absent: true. Unknown fields are ignored.
   static Result<PeerAnnouncementRecord> from_json(const std::string& text) {
     using namespace records_detail;
     auto j = nlohmann::json::parse(text, nullptr, false);
@@ -96,6 +101,10 @@ struct PeerAnnouncementRecord {
       SWARM_RETURN_IF_ERROR(read_number(j, "throughput", 0.0, kMaxThroughput, &record.throughput));
       SWARM_RETURN_IF_ERROR(
           read_integer(j, "queue", 0, std::numeric_limits<int64_t>::max(), &record.queue_length));
+      if (const auto it = j.find("serving"); it != j.end()) {
+        if (!it->is_boolean()) return invalid_argument("record: 'serving' must be true or false");
+        record.serving = it->get<bool>();
+      }
       return Status::ok();
     }();
     if (!read.is_ok()) return read.with_context("malformed peer announcement");
@@ -106,5 +115,31 @@ struct PeerAnnouncementRecord {
     return record;
   }
 };
+
+// Every stage's announced peers, newest record per peer id (a peer that just moved
+// may still have a record under its old stage); records that do not parse, or sit
+// under another stage's key, are counted in *refused when given.
+template <typename Registry>
+std::map<std::string, PeerAnnouncementRecord> read_stage_announcements(Registry& registry, int num_stages,
+                                                                       int64_t* refused = nullptr) {
+  std::map<std::string, PeerAnnouncementRecord> peers;
+  std::map<std::string, double> expiry;
+  for (int s = 0; s < num_stages; ++s) {
+    auto records = registry.get(stage_registry_key(s));
+    if (!records.is_ok()) continue;
+    for (const auto& record : *records) {
+      auto announcement = PeerAnnouncementRecord::from_json(record.value);
+      if (!announcement.is_ok() || announcement->stage != s) {
+        if (refused != nullptr) ++*refused;
+        continue;
+      }
+      auto [it, fresh] = expiry.try_emplace(announcement->peer_id, record.expires_at);
+      if (!fresh && record.expires_at <= it->second) continue;
+      it->second = record.expires_at;
+      peers[announcement->peer_id] = *std::move(announcement);
+    }
+  }
+  return peers;
+}
 
 }  // namespace swarm

@@ -93,7 +93,8 @@ int64_t SampleLedger::unaccounted() const {
   // Wrapping arithmetic: counters are far below 2^63, and a wrap would show as a mismatch anyway.
   const uint64_t held = static_cast<uint64_t>(samples_pending) + static_cast<uint64_t>(samples_in_round) +
                         static_cast<uint64_t>(samples_stepped) + static_cast<uint64_t>(samples_lost_resync) +
-                        static_cast<uint64_t>(samples_lost_nonfinite) + static_cast<uint64_t>(samples_lost_failed_round);
+                        static_cast<uint64_t>(samples_lost_nonfinite) + static_cast<uint64_t>(samples_lost_failed_round) +
+                        static_cast<uint64_t>(samples_lost_moved);
   return static_cast<int64_t>(static_cast<uint64_t>(samples_accumulated_total) - held);
 }
 

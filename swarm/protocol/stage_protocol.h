@@ -106,6 +106,7 @@ struct SampleLedger {
   int64_t samples_lost_resync = 0;        // dropped by a loaded state (re-sync or resume)
   int64_t samples_lost_nonfinite = 0;     // in a step the optimizer refused
   int64_t samples_lost_failed_round = 0;  // in a round that failed
+  int64_t samples_lost_moved = 0;         // pending when the peer left for another stage without a round
   int64_t backward_duplicates_refused = 0;
   int64_t expired_dropped = 0;            // forward or backward, before or after computing
   int64_t deadline_refused = 0;           // a deadline beyond kMaxDeadlineAheadMs
@@ -122,6 +123,7 @@ inline constexpr std::pair<std::string_view, int64_t SampleLedger::*> kSampleLed
     {"samples_lost_resync", &SampleLedger::samples_lost_resync},
     {"samples_lost_nonfinite", &SampleLedger::samples_lost_nonfinite},
     {"samples_lost_failed_round", &SampleLedger::samples_lost_failed_round},
+    {"samples_lost_moved", &SampleLedger::samples_lost_moved},
     {"backward_duplicates_refused", &SampleLedger::backward_duplicates_refused},
     {"expired_dropped", &SampleLedger::expired_dropped},
     {"deadline_refused", &SampleLedger::deadline_refused},

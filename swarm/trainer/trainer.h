@@ -358,6 +358,7 @@ class Trainer {
         bad_records_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
+      if (!announcement->serving) continue;  // still downloading the stage's state
       addresses.emplace_back(announcement->peer_id, announcement->address);
       peers.push_back({announcement->peer_id, record.expires_at, announcement->queue_length});
     }

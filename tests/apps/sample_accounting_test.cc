@@ -24,7 +24,7 @@ using namespace swarm::test_apps;  // Run, run_swarm, of_kind, temp_dir
 int64_t held(const nlohmann::json& r) {
   int64_t total = 0;
   for (const char* bucket : {"samples_pending", "samples_in_round", "samples_stepped", "samples_lost_resync",
-                             "samples_lost_nonfinite", "samples_lost_failed_round"}) {
+                             "samples_lost_nonfinite", "samples_lost_failed_round", "samples_lost_moved"}) {
     total += r.at(bucket).get<int64_t>();
   }
   return total;

@@ -19,6 +19,8 @@
 //   core-is-the-bottom        swarm/core includes a project path outside swarm/core.
 //   impl-never-sees-runtime   an implementation (transports/, swarm/registry, swarm/compression,
 //                             swarm/wiring, swarm/security, kernels/, models/) includes a runtime.
+//   policy-is-pure            swarm/rebalance includes a project path outside swarm/core and itself:
+//                             the same policy runs in peers, tests and swarm/sim.
 // bench/ and tests/ are exempt: they may include anything.
 #pragma once
 
@@ -94,6 +96,10 @@ inline const std::vector<Rule>& rules() {
        "an implementation (transports/, swarm/registry, swarm/compression, swarm/wiring, kernels/, "
        "models/) must not include a runtime (swarm/peer, swarm/trainer, swarm/averaging)",
        [](std::string_view from, std::string_view to) { return is_implementation(from) && is_runtime(to); }},
+      {"policy-is-pure", "swarm/rebalance may include only swarm/core and swarm/rebalance",
+       [](std::string_view from, std::string_view to) {
+         return under(from, "swarm/rebalance") && !under_any(to, {"swarm/core", "swarm/rebalance"});
+       }},
   };
   return all;
 }

@@ -71,6 +71,12 @@ TEST_CASE("self-check: each rule catches a violating include") {
   // core-is-the-bottom
   CHECK(catches("swarm/core/tensor.h", "#include \"swarm/api/backend.h\"", "core-is-the-bottom"));
   CHECK(catches("swarm/core/log.cc", "#include \"third_party/stub.h\"", "core-is-the-bottom"));
+  // policy-is-pure
+  CHECK(catches("swarm/rebalance/rebalancer.cc", "#include \"swarm/registry/dht_registry.h\"", "policy-is-pure"));
+  CHECK(catches("swarm/rebalance/rebalancer.h", "#include \"swarm/peer/peer.h\"", "policy-is-pure"));
+  CHECK(rules_broken_by("swarm/rebalance/rebalancer.cc", "#include \"swarm/core/random.h\"").empty());
+  CHECK(rules_broken_by("swarm/peer/rebalancing.h", "#include \"swarm/rebalance/rebalancer.h\"").empty());
+
   // impl-never-sees-runtime
   CHECK(catches("transports/zmq/zmq_transport.h", "#include \"swarm/peer/peer.h\"", "impl-never-sees-runtime"));
   CHECK(catches("swarm/registry/dht_registry.cc", "#include \"swarm/averaging/progress.h\"",
