@@ -349,7 +349,10 @@ class RunRecorder {
               const std::vector<std::unique_ptr<SwarmTrainer>>* trainers, MetricsWriter* metrics,
               const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known)
       : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)) {
-    for (const auto& [id, peer] : known_) ever_known_[{id, peer.stage}] = peer;
+    for (const auto& [id, peer] : known_) {
+      ever_known_[{id, peer.stage}] = peer;
+      last_stage_[id] = peer.stage;
+    }
   }
 
   void on_step(const StepReport& report) {
@@ -431,15 +434,16 @@ class RunRecorder {
     auto counts = served();
     for (const auto& [id, peer] : current) {
       ever_known_[{id, peer.stage}] = peer;
-      const auto before = known_.find(id);
-      if (before == known_.end()) {
+      // The stage it was last seen on, even if a poll between missed it.
+      const auto last = last_stage_.find(id);
+      if (last != last_stage_.end() && last->second != peer.stage) {
+        metrics_->write({{"kind", "event"}, {"event", "peer_moved"}, {"peer", id}, {"from_stage", last->second},
+                         {"to_stage", peer.stage}});
+        print_(fmt::format("rebalancing: peer {} moved from stage {} to stage {}", id, last->second, peer.stage), false);
+      } else if (!known_.count(id)) {
         write_peer_event("peer_joined", id, peer.stage);
-      } else if (before->second.stage != peer.stage) {
-        metrics_->write({{"kind", "event"}, {"event", "peer_moved"}, {"peer", id},
-                         {"from_stage", before->second.stage}, {"to_stage", peer.stage}});
-        print_(fmt::format("rebalancing: peer {} moved from stage {} to stage {}", id, before->second.stage, peer.stage),
-               false);
       }
+      last_stage_[id] = peer.stage;
       metrics_->write({{"kind", "peer"}, {"peer", id}, {"stage", peer.stage}, {"forward", counts[id].forward},
                        {"backward", counts[id].backward}, {"failures", counts[id].failures},
                        {"throughput", peer.throughput}});
@@ -521,6 +525,7 @@ class RunRecorder {
   std::map<std::string, PeerAnnouncementRecord> known_;
   // By (peer, stage): lost ones too, and every stage a peer served, for their ledgers.
   std::map<std::pair<std::string, int>, PeerAnnouncementRecord> ever_known_;
+  std::map<std::string, int> last_stage_;
   ReplicaHashLog replicas_;
   Clock::time_point last_peer_poll_ = Clock::now() - std::chrono::seconds(10);
   Clock::time_point last_replica_poll_ = Clock::now() - std::chrono::seconds(10);
@@ -721,6 +726,7 @@ Result<std::map<std::string, PeerAnnouncementRecord>> wait_until_served(DhtRegis
   const auto deadline = Clock::now() + std::chrono::seconds(90);
   while (true) {
     auto known = read_peers(registry, o.stages);
+    std::erase_if(known, [](const auto& entry) { return !entry.second.serving; });  // trainers route to these only
     auto counts = peers_per_stage(known, o.stages);
     // A joining trainer cannot know whether the swarm's peers average (that is
     // their --global-batch), so it waits for announcements only.

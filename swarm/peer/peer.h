@@ -206,13 +206,15 @@ class Peer {
   // requests in service, lets its accumulated samples go into the stage's next round,
   // then builds the new stage, takes its state from the new stage-mates (or its last
   // checkpoint, if the stage emptied) and announces there. False if it could not, in
-  // which case it serves its old stage again.
-  bool move_to(int to) {
+  // which case it serves its old stage again. `urgent` (the target stage is empty and
+  // nothing flows): no wait for a round, which cannot come while the pipeline is cut;
+  // the samples it holds are counted as lost to the move.
+  bool move_to(int to, bool urgent = false) {
     auto old = current();
     if (!old || !make_stage_ || to == old->index || to < 0 || to >= config_.num_stages || stopped_) return false;
     const int from = old->index;
     log_info("peer {}: moving from stage {} to stage {}", config_.peer_id, from, to);
-    leave_stage(*old);
+    leave_stage(*old, urgent);
     if (stopped_) return false;
     auto parts = make_parts(to);
     if (!parts.is_ok()) {
@@ -223,6 +225,7 @@ class Peer {
     }
     refill_from_checkpoint(**parts);
     install(*parts);
+    if ((*parts)->index != from) (void)registry_->withdraw(stage_registry_key(from), config_.peer_id);
     moving_ = false;
     if ((*parts)->index != from) stats_.update([](PeerStats& s) { ++s.moves; });
     if (Status started = start_stage(**parts); !started.is_ok()) {
@@ -292,16 +295,18 @@ class Peer {
     return announce();
   }
 
-  // Trainers are turned away (unavailable: they retry elsewhere), the stage's record
-  // withdrawn, requests in service finish, and the stage's next round takes the
+  // Trainers are turned away (unavailable: they retry elsewhere) and the stage's record
+  // says it no longer serves (it stays counted there, so no second peer leaves for the
+  // same vacancy), requests in service finish, and the stage's next round takes the
   // samples they added. The old stage's ledger is kept for `info` about it.
-  void leave_stage(StageParts& old) {
+  void leave_stage(StageParts& old, bool urgent) {
     moving_ = true;
     flags_.serving = false;
     stats_.notify();
-    (void)registry_->withdraw(stage_registry_key(old.index), config_.peer_id);
-    const Deadline until = deadline_after(config_.drain_timeout_seconds);
-    while (old.service->in_service() > 0 && Clock::now() < until && !stopped_) {
+    (void)announce();
+    const Deadline until = deadline_after(urgent ? 0.0 : config_.drain_timeout_seconds);
+    const Deadline drained_by = deadline_after(config_.drain_timeout_seconds);
+    while (old.service->in_service() > 0 && Clock::now() < drained_by && !stopped_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     if (old.sync) {
@@ -354,7 +359,7 @@ class Peer {
                                      std::max<int64_t>(0, requests_in_service() - 1)};
         },
         [this] { return flags_.serving && !flags_.dead && !moving_ && !stopped_; },
-        [this](int to) { return move_to(to); });
+        [this](int to, bool urgent) { return move_to(to, urgent); });
     rebalancing_->start();
   }
 
@@ -564,7 +569,7 @@ class Peer {
   // Announced while it syncs too, as not serving: trainers pass it by, rebalancers count it.
   Status announce() {
     auto parts = current();
-    if (flags_.dead || moving_ || !parts) return Status::ok();
+    if (flags_.dead || !parts) return Status::ok();
     PeerAnnouncementRecord record{config_.peer_id, address(), parts->index, stats().throughput,
                                   std::max<int64_t>(0, parts->service->in_service() - 1), flags_.serving.load()};
     return registry_->announce(stage_registry_key(parts->index), config_.peer_id, record.to_json(),

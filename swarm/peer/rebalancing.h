@@ -47,10 +47,11 @@ template <Registry R>
 class Rebalancing {
  public:
   using Self = rebalance::PeerLoad;
-  // may_check: false while the peer does not serve (syncing, moving); move: moves the
-  // peer (blocking) and returns whether it now serves the target stage.
+  // may_check: false while the peer does not serve (syncing, moving); move(to, urgent):
+  // moves the peer (blocking) and returns whether it now serves the target stage;
+  // urgent when the target stage is empty.
   Rebalancing(rebalance::RebalanceConfig config, std::string peer_id, int num_stages, uint64_t seed, R* registry,
-              std::function<Self()> self, std::function<bool()> may_check, std::function<bool(int)> move)
+              std::function<Self()> self, std::function<bool()> may_check, std::function<bool(int, bool)> move)
       : policy_(config, peer_id, seed, registry->now()), peer_id_(std::move(peer_id)), num_stages_(num_stages),
         registry_(registry), self_(std::move(self)), may_check_(std::move(may_check)), move_(std::move(move)) {}
 
@@ -77,7 +78,7 @@ class Rebalancing {
     const rebalance::Decision decision = policy_.check(loads, num_stages_, now);
     log_check(decision, loads.size());
     if (!decision.move) return;
-    (void)move_(decision.to_stage);
+    (void)move_(decision.to_stage, decision.plan->pipeline_before == 0);
     policy_.reset(registry_->now());
   }
 
@@ -95,7 +96,7 @@ class Rebalancing {
   R* registry_;
   std::function<Self()> self_;
   std::function<bool()> may_check_;
-  std::function<bool(int)> move_;
+  std::function<bool(int, bool)> move_;
   std::atomic<int64_t> checks_{0};
   PeriodicTask task_;
 };
