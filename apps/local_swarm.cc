@@ -25,6 +25,7 @@
 #include "swarm/averaging/averaging_messages.h"
 #include "swarm/averaging/progress.h"
 #include "swarm/checkpoint/checkpoint.h"
+#include "swarm/peer/periodic_task.h"
 #include "swarm/data/batch_sampler.h"
 #include "swarm/data/split.h"
 #include "swarm/data/token_dataset.h"
@@ -353,7 +354,14 @@ class RunRecorder {
       ever_known_[{id, peer.stage}] = peer;
       last_stage_[id] = peer.stage;
     }
+    // Losses and moves are recorded when they happen, also while no step completes.
+    poller_.start(2.0, [this] {
+      std::lock_guard lock(mu_);
+      write_trainer_events();
+      poll_peers();
+    });
   }
+  ~RunRecorder() { poller_.stop(); }
 
   void on_step(const StepReport& report) {
     const WireVolume wire = wire_volume();
@@ -366,6 +374,7 @@ class RunRecorder {
                      {"samples_completed", samples_completed()},
                      {"wire_bytes", wire.bytes}, {"wire_values", wire.values},
                      {"allreduce_bytes", allreduce.first}, {"allreduce_values", allreduce.second}});
+    std::lock_guard lock(mu_);
     write_trainer_events();
     if (Clock::now() - last_peer_poll_ > std::chrono::seconds(2)) poll_peers();
     if (Clock::now() - last_replica_poll_ > std::chrono::milliseconds(500)) poll_replicas();
@@ -378,6 +387,8 @@ class RunRecorder {
 
   // After the last step: the final peer records, hashes and sample ledgers.
   void finish() {
+    poller_.stop();
+    std::lock_guard lock(mu_);
     write_trainer_events();
     poll_peers();
     poll_replicas();
@@ -531,6 +542,8 @@ class RunRecorder {
   Clock::time_point last_replica_poll_ = Clock::now() - std::chrono::seconds(10);
   std::optional<double> first_loss_;
   std::optional<double> last_loss_;
+  std::mutex mu_;        // the poller's thread and the training loop's share the members above
+  PeriodicTask poller_;  // last: it uses the members above
 };
 
 }  // namespace
