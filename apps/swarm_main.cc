@@ -5,6 +5,7 @@
 //   swarm trainer    train through an existing swarm
 //   swarm train      train a GPT in one process (the reference for swarm runs)
 //   swarm generate   sample text from a checkpoint
+//   swarm sim        a deterministic simulated swarm running the production policies
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "apps/local_swarm.h"
+#include "apps/sim/sim_command.h"
 #include "apps/local_training.h"
 #include "apps/swarm_roles.h"
 
@@ -293,7 +295,11 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--test-die-after-state-chunks", peer.test_die_after_state_chunks,
                        "Test hook: SIGKILL this process after serving this many state chunks");
 
+  int sim_exit_code = 0;
+  swarm::apps::add_sim_command(app, &sim_exit_code);
+
   CLI11_PARSE(app, argc, argv);
+  if (app.got_subcommand("sim")) return sim_exit_code;
   if (*local_cmd) return run_swarm(local, "local");
   if (*trainer_cmd) return run_swarm(trainer_options, "trainer");
   if (*bootstrap_cmd) return swarm::apps::run_bootstrap(bootstrap_host, bootstrap_port, bootstrap_secret);

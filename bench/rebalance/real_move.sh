@@ -3,7 +3,7 @@
 # rebalancing, at the default in-flight count and at one where peers (not the trainer)
 # set the pace. Prints each run's rates around the kills and the move (step_rates.py).
 #
-#   bench/rebalance/real_move.sh OUT_DIR [TIME_LIMIT_SECONDS]
+#   bench/rebalance/real_move.sh OUT_DIR [TIME_LIMIT_SECONDS]   # IN_FLIGHTS="2 4" by default
 set -euo pipefail
 out="${1:?usage: real_move.sh OUT_DIR [TIME_LIMIT_SECONDS]}"
 limit="${2:-120}"
@@ -12,7 +12,7 @@ swarm="${SWARM:-$here/../../bazel-bin/apps/swarm}"
 mkdir -p "$out"
 common=(--stages 2 --peers-per-stage 3 --emulated-cost 0.02 --chaos kill-peer:1:25,kill-peer:1:30
         --time-limit "$limit")
-for in_flight in 2 4; do
+for in_flight in ${IN_FLIGHTS:-2 4}; do
   for period in 10 0; do
     run="$out/in-flight-$in_flight-period-$period"
     rm -rf "$run"

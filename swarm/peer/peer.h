@@ -154,7 +154,7 @@ class Peer {
       Status status = announce();
       if (!status.is_ok()) log_warn("peer {}: announce failed: {}", config_.peer_id, status.to_string());
     });
-    if (rebalancing()) start_rebalancing();
+    if (rebalancing()) SWARM_RETURN_IF_ERROR(start_rebalancing());
     log_info("peer {} {} stage {} at {} (control {})", config_.peer_id, flags_.serving ? "serves" : "syncs, then serves,",
              parts->index, address(), control_address());
     return Status::ok();
@@ -348,9 +348,10 @@ class Peer {
     return path.empty() || index == config_.stage_index ? path : fmt::format("{}.stage-{}", path, index);
   }
 
-  void start_rebalancing() {
+  Status start_rebalancing() {
     rebalance::RebalanceConfig policy = config_.rebalance;
     policy.period_seconds = config_.rebalance_period_seconds;
+    SWARM_RETURN_IF_ERROR(policy.validate().with_context("rebalancing"));
     rebalancing_ = std::make_unique<Rebalancing<R>>(
         policy, config_.peer_id, config_.num_stages, config_.rebalance_seed, registry_,
         [this] {
@@ -361,6 +362,7 @@ class Peer {
         [this] { return flags_.serving && !flags_.dead && !moving_ && !stopped_; },
         [this](int to, bool urgent) { return move_to(to, urgent); });
     rebalancing_->start();
+    return Status::ok();
   }
 
   Status resume(StageParts& parts) {

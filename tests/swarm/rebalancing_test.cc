@@ -283,5 +283,16 @@ TEST_CASE("a mover's samples from its old stage stay in that stage's ledger, and
   CHECK(infos[1].info->samples->samples_accumulated_total == 0);
 }
 
+TEST_CASE("a peer started without a stage joins the one the swarm needs most") {
+  InProcessRegistry registry;
+  CHECK(stage_the_swarm_needs(registry, 2) == 0);  // an empty swarm: the first stage
+  auto a = start_peer(&registry, mover_config(0, "pick-a", 0));
+  CHECK(stage_the_swarm_needs(registry, 2) == 1);  // the empty stage first
+  auto b = start_peer(&registry, mover_config(1, "pick-b", 0));
+  auto c = start_peer(&registry, mover_config(1, "pick-c", 0));
+  CHECK(stage_the_swarm_needs(registry, 2) == 0);  // 1 against 2: the thinner stage
+  CHECK(stage_the_swarm_needs(registry, 3) == 2);  // a third stage nobody serves yet
+}
+
 }  // namespace
 }  // namespace swarm
