@@ -44,6 +44,7 @@ def real_numbers(run_dir):
         "peers": [per_stage.get(s, 0) for s in range(2)],
         "end": end,
         "kills": kills,
+        "moved_at": next((r["time"] for r in records if r["kind"] == "event" and r["event"] == "peer_moved"), None),
     }
 
 
@@ -66,16 +67,18 @@ def sim_numbers(swarm, in_flight, period, seconds, kills, throughput):
         values = [r["throughput"] for r in samples if start < r["t"] <= end]
         return sum(values) / len(values)
 
+    moves = [float(r["t"]) for r in records if r["kind"] == "move"]
     return {"before": mean(0, kills[0]), "after": mean(kills[-1] + SKIP_AFTER_KILL, seconds),
-            "peers": samples[-1]["peers_per_stage"]}
+            "peers": samples[-1]["peers_per_stage"], "moved_at": moves[0] if moves else None}
 
 
 def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     swarm, runs = sys.argv[1], [a for a in sys.argv[2:] if not a.startswith("--")]
-    print("| run | before kills: real / sim | after: real / sim | peers per stage at the end: real / sim |")
-    print("|---|---|---|---|")
+    print("| run | before kills: real / sim | after: real / sim | peers per stage at the end: real / sim "
+          "| first move at (s): real / sim |")
+    print("|---|---|---|---|---|")
     worst = 0.0
     for run in runs:
         name = os.path.basename(run.rstrip("/"))
@@ -84,9 +87,11 @@ def main():
         sim = sim_numbers(swarm, int(in_flight), float(period), real["end"], real["kills"], real["throughput"])
         off = [sim[k] / real[k] - 1 for k in ("before", "after")]
         worst = max([worst] + [abs(o) for o in off])
-        print(f"| {name} (peers at {real['throughput']:.1f}) | {real['before']:.1f} / {sim['before']:.1f} ({off[0]:+.0%}) | "
-              f"{real['after']:.1f} / {sim['after']:.1f} ({off[1]:+.0%}) | {real['peers']} / {sim['peers']} |")
-    print(f"\nlargest relative difference in throughput: {worst:.0%}")
+        moved = " / ".join("-" if m["moved_at"] is None else f"{m['moved_at']:.1f}" for m in (real, sim))
+        print(f"| {name} (peers at {real['throughput']:.1f}) | {real['before']:.1f} / {sim['before']:.1f} "
+              f"({off[0]:+.1%}) | {real['after']:.1f} / {sim['after']:.1f} ({off[1]:+.1%}) | "
+              f"{real['peers']} / {sim['peers']} | {moved} |")
+    print(f"\nlargest relative difference in throughput: {worst:.1%}")
 
 
 if __name__ == "__main__":

@@ -10,17 +10,6 @@ namespace {
 
 constexpr const char* kForms = "expected const:X, uniform:LO:HI, lognormal:MU:SIGMA, choice:A,B,... or a number";
 
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (;;) {
-    const size_t end = text.find(separator, start);
-    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) return parts;
-    start = end + 1;
-  }
-}
-
 // A whole-string finite number; std::from_chars accepts no leading '+' or spaces.
 Result<double> parse_number(const std::string& text, const std::string& whole) {
   double value = 0;
@@ -112,6 +101,17 @@ Result<Distribution> parse_distribution(const std::string& text) {
   }
   if (values[1] < 0) return invalid_argument("distribution '{}': lognormal needs SIGMA >= 0", text);
   return Distribution(Distribution::Kind::lognormal, std::move(values));
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    const size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
 }
 
 }  // namespace swarm::sim

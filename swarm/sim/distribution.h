@@ -44,4 +44,7 @@ class Distribution {
 // Errors name the text and the expected forms.
 Result<Distribution> parse_distribution(const std::string& text);
 
+// The fields of a flag's value between separators, empty ones kept ("a,,b" is 3 fields).
+std::vector<std::string> split(const std::string& text, char separator);
+
 }  // namespace swarm::sim

@@ -1,7 +1,8 @@
 // The registry as the swarm sees it: each peer re-announces its record (stage,
 // throughput, queue) every announce period at its own phase; a record lives
 // announce_ttl seconds, so a dead peer's lingers until it lapses; a mover or joiner
-// withdraws its record until it serves. Each trainer hands its routers the records at
+// leaves the routers' view until it serves, but stays in the rebalancers' (as the
+// runtime's `serving: false` record does). Each trainer hands its routers the records at
 // its own phase every refresh period, as Trainer::refresh does: trainers do not all see
 // the same snapshot at the same instant.
 #include <algorithm>
@@ -76,13 +77,22 @@ void Simulation::lapse_records() {
   }
 }
 
-// The rebalancers' and joiners' reading of the registry, once per announce period.
+// The rebalancers' and joiners' reading of the registry, once per announce period: the
+// serving peers' records, and movers and joiners as the runtime announces them (not
+// serving: in the old stage while they drain, in the new one while they download), so a
+// second peer does not leave for a vacancy that one is already filling.
 void Simulation::rebuild_loads_view() {
   loads_view_.clear();
   for (int st = 0; st < s_.stages; ++st) {
     for (int peer : stages_[st].view_peer) {
       const Peer& p = peers_[peer];
       loads_view_.push_back({p.id, st, p.announced_throughput, p.announced_queue});
+    }
+  }
+  for (int peer : alive_) {
+    const Peer& p = peers_[peer];
+    if (p.state == PeerState::draining || p.state == PeerState::downloading) {
+      loads_view_.push_back({p.id, p.stage, p.measured_throughput, 0});
     }
   }
 }

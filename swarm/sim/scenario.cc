@@ -18,17 +18,6 @@ constexpr int64_t kMaxParams = 1'000'000'000'000;  // 12 x params fits int64
 bool positive(double x) { return x > 0 && std::isfinite(x); }
 bool non_negative(double x) { return x >= 0 && std::isfinite(x); }
 
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  for (;;) {
-    const size_t end = text.find(separator, start);
-    parts.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) return parts;
-    start = end + 1;
-  }
-}
-
 Result<double> parse_seconds(const std::string& text, const std::string& item) {
   double value = 0;
   const char* end = text.data() + text.size();

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_stage.h"
+#include "tests/swarm/tiny_gpt.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/in_process_registry.h"
@@ -21,15 +22,7 @@ namespace {
 using Stage = gpt::GptStage<CpuBackend>;
 using GptPeer = Peer<Stage, InprocTransport, InProcessRegistry, compression::StandardCodecs>;
 
-gpt::GptConfig tiny_config() {
-  gpt::GptConfig config;
-  config.vocab_size = 32;
-  config.max_seq_len = 16;
-  config.d_model = 16;
-  config.n_heads = 2;
-  config.n_layers = 2;
-  return config;
-}
+gpt::GptConfig tiny_config() { return testing::tiny_gpt_config(); }
 
 std::unique_ptr<GptPeer> make_peer(InProcessRegistry* registry, int stage, const std::string& id, double slowdown,
                                    double emulated_seconds_per_sample) {

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_stage.h"
+#include "tests/swarm/tiny_gpt.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/in_process_registry.h"
@@ -24,15 +25,7 @@ using SwTrainer = Trainer<StochasticWiringRouter, InprocTransport, InProcessRegi
 
 constexpr int kRows = 2;
 
-gpt::GptConfig tiny_config() {
-  gpt::GptConfig config;
-  config.vocab_size = 32;
-  config.max_seq_len = 16;
-  config.d_model = 16;
-  config.n_heads = 2;
-  config.n_layers = 2;
-  return config;
-}
+gpt::GptConfig tiny_config() { return testing::tiny_gpt_config(); }
 
 PeerConfig mover_config(int stage, const std::string& id, double rebalance_period) {
   PeerConfig config;

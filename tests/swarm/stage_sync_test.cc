@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_stage.h"
+#include "tests/swarm/tiny_gpt.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/optim/lr_schedule.h"
 #include "swarm/peer/peer.h"
@@ -31,15 +32,7 @@ constexpr int kRows = 2;            // sequences per microbatch
 constexpr int kMicrobatches = 4;    // per global step
 constexpr float kLearningRate = 1e-2f;
 
-gpt::GptConfig tiny_config() {
-  gpt::GptConfig config;
-  config.vocab_size = 32;
-  config.max_seq_len = 16;
-  config.d_model = 16;
-  config.n_heads = 2;
-  config.n_layers = 2;
-  return config;
-}
+gpt::GptConfig tiny_config() { return testing::tiny_gpt_config(); }
 
 optim::OptimizerConfig no_clip() {
   optim::OptimizerConfig o;  // the paper's LAMB: beta2 0.95, weight decay 0.01
