@@ -127,8 +127,9 @@ class StageSync {
   // The peer moves to another stage and no longer serves this one. The loop takes
   // part in the round that ends this step, so the samples this replica accumulated
   // still count; then a departed record tells the stage-mates not to wait for it.
-  // True if it left after that round (or with nothing pending); false at `until`,
-  // when its pending samples are counted as lost to the move.
+  // True if it left after that round (or with nothing pending, or with no stage-mate
+  // at its step to take them); false at `until`. Samples no round took are counted as
+  // lost to the move.
   bool leave(Deadline until) {
     {
       std::lock_guard lock(mu_);
@@ -141,7 +142,7 @@ class StageSync {
       clean = left_cv_.wait_until(lock, until, [&] { return left_ || stopping_; }) && left_;
     }
     stop();
-    if (!clean) replica_->lose_pending_to_move();
+    replica_->lose_pending_to_move();  // what no round took (none when one did)
     departed_ = true;
     (void)publish_progress(false);
     return clean;
@@ -253,9 +254,13 @@ class StageSync {
 
   // While leaving: the round that ends this step takes the pending samples; with none
   // pending, or once stage-mates are past this step, there is nothing to wait for.
+  // A leaving replica's own step is thrown away: a round is worth it only with a
+  // stage-mate to take its samples (alone, it would publish a step nobody else has).
   bool leave_after(const GlobalBatchDecision& decision) {
-    if (decision.ready && replica_->accumulated_samples() > 0) run_round();
-    if (!decision.ready && !decision.behind && replica_->accumulated_samples() > 0) return false;
+    const bool mates_at_step =
+        !round_members(stage_progress_, replica_->step(), registry_->now(), config_.progress_stale_seconds).empty();
+    if (decision.ready && replica_->accumulated_samples() > 0 && mates_at_step) run_round();
+    if (!decision.ready && !decision.behind && mates_at_step && replica_->accumulated_samples() > 0) return false;
     {
       std::lock_guard lock(mu_);
       left_ = true;
