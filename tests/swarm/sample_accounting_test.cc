@@ -4,6 +4,9 @@
 // accepted. Peers are real (ZeroMQ sockets on loopback); the replica is tested on
 // its own where the gradients themselves must be compared.
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -26,13 +29,45 @@ namespace {
 using namespace std::chrono_literals;
 using mlp::MlpStage;
 
-// What a test can do to a SlowStage from outside, and what it did.
+// Wakes every SlowStage that holds a backward when any of them counts a call, so a
+// hold can wait on what another peer does.
+struct Signals {
+  std::mutex mu;
+  std::condition_variable changed;
+  void notify() {
+    { std::lock_guard lock(mu); }
+    changed.notify_all();
+  }
+};
+
+// What a test can do to a SlowStage from outside, and what it did. A held backward
+// computes once `release()` holds or, with no release set, once the Unix time passes
+// `hold_past_unix_ms` (the deadline the test gave it): never on a guessed delay.
 struct Knobs {
-  std::atomic<int> backward_delay_ms{0};
-  std::atomic<int> slow_backwards{0};  // backwards still to delay; the rest run at full speed
+  std::atomic<int> slow_backwards{0};  // backwards still to hold; the rest run at once
+  std::atomic<int64_t> hold_past_unix_ms{0};
+  std::function<bool()> release;       // set before any backward is held
+  std::shared_ptr<Signals> signals = std::make_shared<Signals>();
   std::atomic<int> forward_calls{0};
   std::atomic<int> backward_calls{0};
+
+  void hold() {
+    std::unique_lock lock(signals->mu);
+    if (release) {
+      signals->changed.wait_until(lock, Clock::now() + 10s, [&] { return release(); });
+      return;
+    }
+    const auto past = std::chrono::system_clock::time_point(std::chrono::milliseconds(hold_past_unix_ms + 1));
+    signals->changed.wait_until(lock, past, [&] { return protocol::unix_millis_now() > hold_past_unix_ms; });
+  }
 };
+
+// Holds the calling thread until the Unix time is past `deadline_ms`.
+void wait_past(int64_t deadline_ms) {
+  Knobs clock_only;
+  clock_only.hold_past_unix_ms = deadline_ms;
+  clock_only.hold();
+}
 
 // An MLP stage whose backward can be made slower than a deadline.
 class SlowStage {
@@ -47,9 +82,8 @@ class SlowStage {
   }
   Result<Tensor> backward(const TensorView& input, const TensorView& grad, const TensorView* targets) {
     ++knobs_->backward_calls;
-    if (knobs_->slow_backwards.fetch_sub(1) > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(knobs_->backward_delay_ms.load()));
-    }
+    knobs_->signals->notify();
+    if (knobs_->slow_backwards.fetch_sub(1) > 0) knobs_->hold();
     return inner_.backward(input, grad, targets);
   }
   std::vector<StageParameterView> parameter_views() { return inner_.parameter_views(); }
@@ -155,9 +189,10 @@ TEST_CASE("a peer drops work whose deadline passed, before or during its compute
   CHECK(knobs->backward_calls == 0);
 
   // The deadline passes while the stage computes: not accumulated.
-  knobs->backward_delay_ms = 800;
+  const int64_t deadline = in_ms(300);
+  knobs->hold_past_unix_ms = deadline;
   knobs->slow_backwards = 1;
-  Status late = client.backward(0x12, in_ms(300));
+  Status late = client.backward(0x12, deadline);
   CHECK(late.code() == StatusCode::deadline_exceeded);
   CHECK(late.message().find("not accumulated") != std::string::npos);
   CHECK(knobs->backward_calls == 1);
@@ -208,25 +243,29 @@ bool all_zero(const std::vector<float>& values) {
 
 TEST_CASE("a backward that outlives its deadline leaves the gradients exactly as they were") {
   ReplicaFixture f;
-  f.knobs->backward_delay_ms = 300;
+  int64_t deadline = in_ms(100);
+  f.knobs->hold_past_unix_ms = deadline;
   f.knobs->slow_backwards = 1;
-  CHECK(f.backward(1, in_ms(100)).code() == StatusCode::deadline_exceeded);
+  CHECK(f.backward(1, deadline).code() == StatusCode::deadline_exceeded);
   CHECK(all_zero(gradients_of(f.replica)));  // the first of a step: nothing to keep but zeros
 
   REQUIRE(f.backward(2, in_ms(10'000)).is_ok());
   const std::vector<float> one = gradients_of(f.replica);
   REQUIRE_FALSE(all_zero(one));
+  deadline = in_ms(100);
+  f.knobs->hold_past_unix_ms = deadline;
   f.knobs->slow_backwards = 1;
-  CHECK(f.backward(3, in_ms(100)).code() == StatusCode::deadline_exceeded);
+  CHECK(f.backward(3, deadline).code() == StatusCode::deadline_exceeded);
   CHECK(gradients_of(f.replica) == one);  // bit for bit
   CHECK(f.backward(2, in_ms(10'000)).code() == StatusCode::already_exists);
   CHECK(gradients_of(f.replica) == one);
 
   // An emulated machine's extra time counts toward its deadline.
   bool emulated = false;
-  auto sleepy = BackwardTicket{4, in_ms(100), kRows, [&] {
+  const int64_t sleepy_deadline = in_ms(100);
+  auto sleepy = BackwardTicket{4, sleepy_deadline, kRows, [&] {
                                  emulated = true;
-                                 std::this_thread::sleep_for(300ms);
+                                 wait_past(sleepy_deadline);
                                }};
   CHECK(f.replica.backward(f.input, f.grad, sleepy).status().code() == StatusCode::deadline_exceeded);
   CHECK(emulated);
@@ -297,7 +336,15 @@ TEST_CASE("a backward retried elsewhere after a timeout is accumulated by one pe
   auto slow_knobs = std::make_shared<Knobs>();
   auto fast_knobs = std::make_shared<Knobs>();
   auto last_knobs = std::make_shared<Knobs>();
-  slow_knobs->backward_delay_ms = 1500;
+  // The slow peer holds a backward until the trainer, past its timeout (and so past the
+  // request's deadline), has retried it at the fast peer.
+  fast_knobs->signals = slow_knobs->signals;
+  slow_knobs->release = [fast = fast_knobs.get(), seen = std::make_shared<int>(-1)] {
+    if (*seen < 0) *seen = fast->backward_calls;
+    if (fast->backward_calls <= *seen) return false;
+    *seen = -1;  // the next held backward waits for the next retry
+    return true;
+  };
   slow_knobs->slow_backwards = 2;
   auto slow = start_peer(&registry, "stage0-slow", slow_knobs);
   auto fast = start_peer(&registry, "stage0-fast", fast_knobs);
