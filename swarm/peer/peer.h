@@ -530,6 +530,7 @@ class Peer {
                                    {"expired", s.ledger.expired_dropped},
                                    {"deadline", s.ledger.deadline_refused}};
     if (parts.sync) counts["state_requests"] = parts.sync->donor().refused_requests();
+    if (rebalancing_) counts["bad_records"] += rebalancing_->refused_records();
     std::lock_guard lock(servers_mu_);
     for (const auto* server : {&compute_server_, &control_server_}) {
       if (!server->has_value()) continue;

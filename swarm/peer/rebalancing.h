@@ -28,10 +28,11 @@
 namespace swarm {
 
 // The registry's view of the swarm as the rebalancer takes it.
+// Records that do not parse are left out and counted in *refused when given.
 template <Registry R>
-std::vector<rebalance::PeerLoad> announced_loads(R& registry, int num_stages) {
+std::vector<rebalance::PeerLoad> announced_loads(R& registry, int num_stages, int64_t* refused = nullptr) {
   std::vector<rebalance::PeerLoad> loads;
-  for (const auto& [id, record] : read_stage_announcements(registry, num_stages)) {
+  for (const auto& [id, record] : read_stage_announcements(registry, num_stages, refused)) {
     loads.push_back({id, record.stage, record.throughput, record.queue_length});
   }
   return loads;
@@ -61,6 +62,8 @@ class Rebalancing {
   void stop() { task_.stop(); }
 
   int64_t checks() const { return checks_; }
+  // Announcements it left out because they did not parse or sat under another stage's key.
+  int64_t refused_records() const { return refused_; }
 
  private:
   void tick() {
@@ -70,7 +73,9 @@ class Rebalancing {
       policy_.reset(now);  // a peer that is not serving cannot be planned with
       return;
     }
-    std::vector<rebalance::PeerLoad> loads = announced_loads(*registry_, num_stages_);
+    int64_t refused = 0;
+    std::vector<rebalance::PeerLoad> loads = announced_loads(*registry_, num_stages_, &refused);
+    refused_ += refused;
     const Self self = self_();
     std::erase_if(loads, [&](const rebalance::PeerLoad& p) { return p.peer_id == self.peer_id; });
     loads.push_back(self);
@@ -98,6 +103,7 @@ class Rebalancing {
   std::function<bool()> may_check_;
   std::function<bool(int, bool)> move_;
   std::atomic<int64_t> checks_{0};
+  std::atomic<int64_t> refused_{0};
   PeriodicTask task_;
 };
 

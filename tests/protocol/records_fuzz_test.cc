@@ -541,11 +541,12 @@ const std::vector<Field> kAnnouncementFields = {
     {"stage", Kind::integer, false, 0, std::numeric_limits<int>::max()},
     {"throughput", Kind::number, false, kI64Min, kI64Max, 0.0, PeerAnnouncementRecord::kMaxThroughput},
     {"queue", Kind::integer, false, 0, kI64Max},
+    {"serving", Kind::boolean, false},
 };
 
 bool same(const PeerAnnouncementRecord& a, const PeerAnnouncementRecord& b) {
   return a.peer_id == b.peer_id && a.address == b.address && a.stage == b.stage &&
-         same_double(a.throughput, b.throughput) && a.queue_length == b.queue_length;
+         same_double(a.throughput, b.throughput) && a.queue_length == b.queue_length && a.serving == b.serving;
 }
 
 PeerAnnouncementRecord random_announcement(Fuzz& f) {
@@ -555,6 +556,7 @@ PeerAnnouncementRecord random_announcement(Fuzz& f) {
   r.stage = static_cast<int>(f.in_range(int64_t{0}, int64_t{std::numeric_limits<int>::max()}));
   r.throughput = f.in_range(0.0, PeerAnnouncementRecord::kMaxThroughput);
   r.queue_length = f.in_range(int64_t{0}, kI64Max);
+  r.serving = f.chance(0.5);
   return r;
 }
 
@@ -565,7 +567,7 @@ TEST_CASE("random peer announcements: an error for every bad one, valid ones exa
       [](const PeerAnnouncementRecord& r, const json& doc) -> std::string {
         PeerAnnouncementRecord said{text_of(doc, "peer"), text_of(doc, "address"),
                                     static_cast<int>(int_of(doc, "stage")), number_of(doc, "throughput"),
-                                    int_of(doc, "queue")};
+                                    int_of(doc, "queue"), !doc.contains("serving") || doc.at("serving").get<bool>()};
         if (!same(r, said)) return "fields differ from the JSON (" + r.to_json() + ")";
         auto again = PeerAnnouncementRecord::from_json(r.to_json());
         if (!again.is_ok() || !same(*again, r)) return "no round trip of " + r.to_json();
@@ -603,6 +605,7 @@ const std::vector<Field> kProgressFields = {
     {"nonce", Kind::hex, false},
     {"allreduce_bytes", Kind::integer, false, 0, kI64Max},
     {"allreduce_values", Kind::integer, false, 0, kI64Max},
+    {"departed", Kind::boolean, false},
 };
 
 bool same(const ProgressRecord& a, const ProgressRecord& b) {
@@ -611,7 +614,7 @@ bool same(const ProgressRecord& a, const ProgressRecord& b) {
          same_double(a.published_at, b.published_at) && a.averaging == b.averaging &&
          a.params_hash == b.params_hash && a.round_nonce == b.round_nonce &&
          a.stage_mates_seen == b.stage_mates_seen && a.recent_hashes == b.recent_hashes &&
-         a.allreduce_bytes == b.allreduce_bytes && a.allreduce_values == b.allreduce_values;
+         a.allreduce_bytes == b.allreduce_bytes && a.allreduce_values == b.allreduce_values && a.departed == b.departed;
 }
 
 ProgressRecord progress_said(const json& doc) {
@@ -629,6 +632,7 @@ ProgressRecord progress_said(const json& doc) {
   r.stage_mates_seen = static_cast<int>(int_of(doc, "mates"));
   r.allreduce_bytes = int_of(doc, "allreduce_bytes");
   r.allreduce_values = int_of(doc, "allreduce_values");
+  r.departed = doc.contains("departed") && doc.at("departed").get<bool>();
   if (doc.contains("hashes")) {
     for (const json& e : doc.at("hashes")) r.recent_hashes.emplace_back(e[0].get<int64_t>(), *parse_hex64(e[1].get<std::string>()));
   }
@@ -654,6 +658,7 @@ ProgressRecord random_progress(Fuzz& f) {
   }
   r.allreduce_bytes = f.in_range(int64_t{0}, kI64Max);
   r.allreduce_values = f.in_range(int64_t{0}, kI64Max);
+  r.departed = f.chance(0.5);
   return r;
 }
 

@@ -276,6 +276,31 @@ TEST_CASE("a mover's samples from its old stage stay in that stage's ledger, and
   CHECK(infos[1].info->samples->samples_accumulated_total == 0);
 }
 
+TEST_CASE("forged announcements are left out of rebalancing and counted; nobody moves for them") {
+  InProcessRegistry registry;
+  auto a = start_peer(&registry, mover_config(0, "fg-a", 0.3));
+  auto b = start_peer(&registry, mover_config(1, "fg-b", 0.3));
+  // A wrong-typed field, a record under another stage's key, and one that is not JSON:
+  // each would tempt the policy (stage 1 looks crowded, stage 0 empty) if it were read.
+  const double expires = registry.now() + 60;
+  REQUIRE(registry.announce(stage_registry_key(1), "f1",
+                            R"({"peer":"f1","address":"x","stage":1,"throughput":1e9,"serving":"yes"})", expires)
+              .is_ok());
+  REQUIRE(registry.announce(stage_registry_key(1), "f2", R"({"peer":"f2","address":"x","stage":0})", expires).is_ok());
+  REQUIRE(registry.announce(stage_registry_key(1), "f3", "{not json", expires).is_ok());
+  SwTrainer trainer(TrainerConfig{}, std::vector<StochasticWiringRouter>(2), &registry);
+  const auto bad_records = [&] {
+    auto infos = trainer.peer_infos({{"fg-a", 0, a->address()}}, 2.0);
+    if (infos.empty() || !infos[0].info.is_ok()) return int64_t{0};
+    const auto& counts = infos[0].info->refusals;
+    const auto it = counts.find("bad_records");
+    return it == counts.end() ? int64_t{0} : it->second;
+  };
+  CHECK(eventually(a.get(), [&] { return bad_records() >= 3; }, 10));
+  CHECK(a->stats().moves == 0);
+  CHECK(b->stats().moves == 0);
+}
+
 TEST_CASE("a peer started without a stage joins the one the swarm needs most") {
   InProcessRegistry registry;
   CHECK(stage_the_swarm_needs(registry, 2) == 0);  // an empty swarm: the first stage
