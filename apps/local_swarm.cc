@@ -175,9 +175,6 @@ class ReplicaHashLog {
   std::map<int, int64_t> newest_;
 };
 
-std::map<std::string, PeerAnnouncementRecord> read_peers(DhtRegistry& registry, int stages) {
-  return read_stage_announcements(registry, stages);
-}
 
 // Per stage, the peers whose progress records show they see all their stage-mates.
 std::vector<int> peers_seeing_their_stage(DhtRegistry& registry, int stages, int peers_per_stage) {
@@ -318,7 +315,7 @@ class ChaosRunner {
             start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(action.at_seconds));
         if (done_cv_.wait_until(lock, at, [&] { return done_; })) return;
       }
-      const std::string target = fleet->apply(action, read_peers(*registry_, stages_));
+      const std::string target = fleet->apply(action, read_stage_announcements(*registry_, stages_));
       metrics->write({{"kind", "event"}, {"event", fmt::format("chaos_{}", chaos_kind_name(action.kind))},
                       {"peer", target}, {"stage", action.stage}});
       print(fmt::format("chaos: {} stage {} -> {}", chaos_kind_name(action.kind), action.stage,
@@ -441,7 +438,7 @@ class RunRecorder {
   // Peer records, and joins and losses, from the registry.
   void poll_peers() {
     last_peer_poll_ = Clock::now();
-    auto current = read_peers(*registry_, o_.stages);
+    auto current = read_stage_announcements(*registry_, o_.stages);
     auto counts = served();
     for (const auto& [id, peer] : current) {
       ever_known_[{id, peer.stage}] = peer;
@@ -738,7 +735,7 @@ Result<std::map<std::string, PeerAnnouncementRecord>> wait_until_served(DhtRegis
   };
   const auto deadline = Clock::now() + std::chrono::seconds(90);
   while (true) {
-    auto known = read_peers(registry, o.stages);
+    auto known = read_stage_announcements(registry, o.stages);
     std::erase_if(known, [](const auto& entry) { return !entry.second.serving; });  // trainers route to these only
     auto counts = peers_per_stage(known, o.stages);
     // A joining trainer cannot know whether the swarm's peers average (that is
