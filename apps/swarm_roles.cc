@@ -134,7 +134,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.max_batch = options.max_batch;
   const std::optional<CodecId> codec = codec_from_name(options.codec);
   if (!codec) {
-    fmt::print(stderr, "swarm peer: --codec {}: expected 8bit, fp16, bf16 or none\n", options.codec);
+    fmt::print(stderr, "swarm peer: --codec {}: expected {}\n", options.codec, all_codec_names_text());
     return 1;
   }
   config.codec = *codec;

@@ -16,6 +16,7 @@
 namespace {
 
 using swarm::compression::Bf16Codec;
+using swarm::compression::Blockwise4Codec;
 using swarm::compression::Blockwise8Codec;
 using swarm::compression::Fp16Codec;
 using swarm::compression::NoneCodec;
@@ -87,6 +88,7 @@ const bool registered = [] {
     register_codec<Fp16Codec>(n, size, baseline);
     register_codec<Bf16Codec>(n, size, baseline);
     register_codec<Blockwise8Codec>(n, size, baseline);
+    register_codec<Blockwise4Codec>(n, size, baseline);
   }
   return true;
 }();

@@ -35,28 +35,34 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "swarm/core/status.h"
 
 namespace swarm {
 
 // The numbers are wire codes, the same as swarm/wire/wire.h's wire::Codec.
-enum class CodecId : uint8_t { none = 0, fp16 = 1, bf16 = 2, blockwise8 = 3 };
-inline constexpr uint8_t kMaxCodecId = 3;
+enum class CodecId : uint8_t { none = 0, fp16 = 1, bf16 = 2, blockwise8 = 3, blockwise4 = 4 };
+inline constexpr uint8_t kMaxCodecId = 4;
 
-inline constexpr CodecId kAllCodecIds[] = {CodecId::none, CodecId::fp16, CodecId::bf16, CodecId::blockwise8};
+inline constexpr CodecId kAllCodecIds[] = {CodecId::none, CodecId::fp16, CodecId::bf16, CodecId::blockwise8,
+                                           CodecId::blockwise4};
+static_assert(std::size(kAllCodecIds) == kMaxCodecId + 1u, "kAllCodecIds lists every code 0..kMaxCodecId");
 
-// The names the command line uses: --codec 8bit|fp16|bf16|none.
+// The names the command line uses: --codec 8bit|4bit|fp16|bf16|none.
 constexpr std::string_view codec_name(CodecId id) {
   switch (id) {
     case CodecId::none: return "none";
     case CodecId::fp16: return "fp16";
     case CodecId::bf16: return "bf16";
     case CodecId::blockwise8: return "8bit";
+    case CodecId::blockwise4: return "4bit";
   }
   return "invalid";
 }
@@ -67,6 +73,25 @@ constexpr std::optional<CodecId> codec_from_name(std::string_view name) {
     if (codec_name(id) == name) return id;
   }
   return std::nullopt;
+}
+
+// Every name, in kAllCodecIds order: what a command-line check accepts, built
+// from kAllCodecIds so that a new codec cannot be left out of it.
+inline std::vector<std::string> all_codec_names() {
+  std::vector<std::string> names;
+  for (CodecId id : kAllCodecIds) names.emplace_back(codec_name(id));
+  return names;
+}
+
+// The same names for a message: "none, fp16, bf16, 8bit or 4bit".
+inline std::string all_codec_names_text() {
+  std::string text;
+  const std::size_t count = std::size(kAllCodecIds);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (i > 0) text += i + 1 == count ? " or " : ", ";
+    text += codec_name(kAllCodecIds[i]);
+  }
+  return text;
 }
 
 // For codes read off the wire: an unknown code is nullopt, not UB.

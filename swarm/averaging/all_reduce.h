@@ -123,7 +123,7 @@ struct AllReduceResult {
   // What this peer sent of the gradient parts, over all attempts, both phases: the
   // encoded payload bytes (control fields not included) and the float values they
   // carry. Their ratio is the round's bytes per value: 4 for none, 2 for fp16 and
-  // bf16, 1 + 4/4096 and a little per chunk for 8bit.
+  // bf16, 1 + 4/4096 and a little per chunk for 8bit, 0.5 + 4/64 for 4bit.
   int64_t payload_bytes_sent = 0;
   int64_t payload_values_sent = 0;
 };

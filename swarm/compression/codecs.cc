@@ -175,6 +175,40 @@ void quantize_block(const float* __restrict values, uint8_t* __restrict codes, s
   }
 }
 
+// ---- The 4-bit blocks ------------------------------------------------------
+
+// The block's codes, nearest_code4(values[i] / scale) for scale > 0 and finite
+// values, packed two per byte, low nibble first, into ceil(count/2) bytes; an odd
+// count leaves the last high nibble 0. The same arithmetic as nearest_code4,
+// spelled out over a local copy of the thresholds so that GCC vectorizes it.
+void quantize_block4(const float* __restrict values, uint8_t* __restrict packed, std::size_t count, float scale) {
+  alignas(64) float t[kCodebook4Size - 1];
+  std::memcpy(t, kThresholds4.data(), sizeof(t));
+  alignas(64) uint8_t codes[kBlockwise4BlockSize] = {};  // zero past count: the padding nibble
+  for (std::size_t i = 0; i < count; ++i) {
+    const float x = values[i] / scale;  // a true division, as nearest_code4's callers do
+    uint32_t code = 0;
+    for (int j = 0; j < kCodebook4Size - 1; ++j) code += x > t[j] ? 1u : 0u;
+    codes[i] = static_cast<uint8_t>(code);
+  }
+  const std::size_t bytes = count / 2 + count % 2;
+  for (std::size_t k = 0; k < bytes; ++k) packed[k] = static_cast<uint8_t>(codes[2 * k] | (codes[2 * k + 1] << 4));
+}
+
+// The inverse: values[i] = kCodebook4[code i] * scale. The codebook is scaled once
+// per block (the same product, so the same bits) and then only looked up.
+void dequantize_block4(const uint8_t* __restrict packed, float* __restrict values, std::size_t count, float scale) {
+  alignas(64) float scaled[kCodebook4Size];
+  for (int j = 0; j < kCodebook4Size; ++j) scaled[j] = kCodebook4[j] * scale;
+  const std::size_t pairs = count / 2;
+  for (std::size_t k = 0; k < pairs; ++k) {
+    const uint32_t b = packed[k];
+    values[2 * k] = scaled[b & 15u];
+    values[2 * k + 1] = scaled[b >> 4];
+  }
+  if (count % 2 != 0) values[count - 1] = scaled[packed[pairs] & 15u];
+}
+
 }  // namespace
 
 // ---- none -------------------------------------------------------------------
@@ -388,6 +422,76 @@ Status Blockwise8Codec::decode(std::span<const std::byte> encoded, std::span<flo
     const uint8_t* __restrict in = codes + begin;
     float* __restrict dst = values.data() + begin;
     for (std::size_t i = 0; i < count; ++i) dst[i] = dequantize_value8(table, in[i], absmax);
+  }
+  return Status::ok();
+}
+
+// ---- 4-bit blockwise --------------------------------------------------------
+
+Result<uint64_t> Blockwise4Codec::encoded_bytes(uint64_t n) {
+  // At most 2^63 + 2^60 (n = 2^64 - 1), so this never fails; the check stays so
+  // that a smaller block size could not wrap silently.
+  uint64_t bytes = 0;
+  if (__builtin_add_overflow(blockwise4_num_blocks(n) * 4, blockwise4_code_bytes(n), &bytes)) {
+    return out_of_range("4bit: {} values exceed 2^64 encoded bytes", n);
+  }
+  return bytes;
+}
+
+Status Blockwise4Codec::encode(std::span<const float> values, std::span<std::byte> out) {
+  SWARM_RETURN_IF_ERROR(check_encode_size("4bit", encoded_bytes(values.size()), values.size(), out.size()));
+  const std::size_t n = values.size();
+  const auto block = static_cast<std::size_t>(kBlockSize);
+  const auto blocks = static_cast<std::size_t>(blockwise4_num_blocks(n));
+  uint8_t* codes = reinterpret_cast<uint8_t*>(out.data() + 4 * blocks);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    const std::size_t begin = b * block;
+    const std::size_t count = std::min(block, n - begin);
+    const float* __restrict in = values.data() + begin;
+    // The absmax as the maximum of the magnitude bits, as for 8 bits: any NaN/inf
+    // lands above every finite value.
+    uint32_t max_bits = 0;
+    for (std::size_t i = 0; i < count; ++i) max_bits = std::max(max_bits, bits_of(in[i]) & kAbsMask);
+    if (max_bits >= kF32InfBits) return refuse_value("4bit", values.subspan(begin, count), begin, kF32InfBits - 1);
+    const float absmax = std::bit_cast<float>(max_bits);
+    std::memcpy(out.data() + 4 * b, &absmax, 4);
+    uint8_t* packed = codes + begin / 2;  // begin is a multiple of 64: whole bytes
+    if (max_bits == 0) {
+      // All zeros (and -0): the zero code, which 0/0 would not give.
+      const std::size_t bytes = count / 2 + count % 2;
+      std::memset(packed, kZeroCode4 | (kZeroCode4 << 4), bytes);
+      if (count % 2 != 0) packed[bytes - 1] = kZeroCode4;  // padding nibble 0
+    } else {
+      quantize_block4(in, packed, count, absmax);
+    }
+  }
+  return Status::ok();
+}
+
+Status Blockwise4Codec::decode(std::span<const std::byte> encoded, std::span<float> values) {
+  SWARM_RETURN_IF_ERROR(check_decode_size("4bit", encoded_bytes(values.size()), values.size(), encoded.size()));
+  const std::size_t n = values.size();
+  const auto block = static_cast<std::size_t>(kBlockSize);
+  const auto blocks = static_cast<std::size_t>(blockwise4_num_blocks(n));
+  const uint8_t* codes = reinterpret_cast<const uint8_t*>(encoded.data() + 4 * blocks);
+  // Every check first, so a forged frame leaves `values` untouched.
+  for (std::size_t b = 0; b < blocks; ++b) {
+    float absmax;
+    std::memcpy(&absmax, encoded.data() + 4 * b, 4);
+    if (!(absmax >= 0.0f && absmax <= std::numeric_limits<float>::max())) {
+      return invalid_argument("4bit decode: block {} has absmax {} (bits {:#010x}); a scale must be finite and >= 0",
+                              b, describe(absmax), bits_of(absmax));
+    }
+  }
+  if (n % 2 != 0 && (codes[n / 2] >> 4) != 0) {
+    return invalid_argument("4bit decode: code byte {} is {:#04x}; its high nibble pads the odd count {} and must be 0",
+                            n / 2, codes[n / 2], n);
+  }
+  for (std::size_t b = 0; b < blocks; ++b) {
+    float absmax;
+    std::memcpy(&absmax, encoded.data() + 4 * b, 4);
+    const std::size_t begin = b * block;
+    dequantize_block4(codes + begin / 2, values.data() + begin, std::min(block, n - begin), absmax);
   }
   return Status::ok();
 }

@@ -71,12 +71,18 @@ int64_t first_non_finite(DType dtype, std::string_view payload) {
   return -1;
 }
 
-// The part of a lossy payload that can hold a NaN/Inf, read as which dtype.
+uint64_t blocks_of(uint64_t numel, uint64_t block) { return numel / block + (numel % block != 0); }
+
+bool is_blockwise(Codec codec) { return codec == Codec::blockwise8 || codec == Codec::blockwise4; }
+
+// The part of a lossy payload that can hold a NaN/Inf, read as which dtype: the
+// half-precision values, or a blockwise codec's block scales (its codes are
+// indices, always finite). The payload has its expected size already.
 std::pair<DType, std::string_view> lossy_checked_part(Codec codec, uint64_t numel, std::string_view payload) {
   if (codec == Codec::fp16) return {DType::f16, payload};
   if (codec == Codec::bf16) return {DType::bf16, payload};
-  const uint64_t blocks = numel / kBlockwise8BlockSize + (numel % kBlockwise8BlockSize != 0);
-  return {DType::f32, payload.substr(0, static_cast<std::size_t>(blocks * 4))};
+  const uint64_t block = codec == Codec::blockwise4 ? kBlockwise4BlockSize : kBlockwise8BlockSize;
+  return {DType::f32, payload.substr(0, static_cast<std::size_t>(blocks_of(numel, block) * 4))};
 }
 
 // Returns the rejection (as a value) or fills `out`; kept separate so both
@@ -197,7 +203,7 @@ std::optional<Rejected> decode_into(const std::vector<std::string_view>& frames,
       if (bad >= 0) {
         return fail(Rejection::non_finite,
                     invalid_argument("tensor {}: {} element {} is NaN or Inf", i,
-                                     codec == Codec::blockwise8 ? "block scale" : "encoded", bad));
+                                     is_blockwise(codec) ? "block scale" : "encoded", bad));
       }
     }
     DecodedTensor decoded{*dtype, codec, *shape, payload, TensorView()};
@@ -252,8 +258,18 @@ Result<uint64_t> expected_payload_bytes(DType dtype, uint64_t numel, Codec codec
       if (dtype != DType::f32) {
         return invalid_argument("codec blockwise8 applies to f32 tensors, not {}", dtype_name(dtype));
       }
-      const uint64_t blocks = numel / kBlockwise8BlockSize + (numel % kBlockwise8BlockSize != 0);
+      const uint64_t blocks = blocks_of(numel, kBlockwise8BlockSize);
       if (__builtin_add_overflow(numel, blocks * 4, &bytes)) break;  // blocks*4 <= numel/1024: no overflow
+      return bytes;
+    }
+    case Codec::blockwise4: {
+      if (dtype != DType::f32) {
+        return invalid_argument("codec blockwise4 applies to f32 tensors, not {}", dtype_name(dtype));
+      }
+      // 4·ceil(numel/64) + ceil(numel/2) <= 2^63 + 2^60: it fits for every
+      // numel; checked anyway, as for the other codecs.
+      const uint64_t scales = blocks_of(numel, kBlockwise4BlockSize) * 4;  // <= numel/16 + 4: no overflow
+      if (__builtin_add_overflow(scales, numel / 2 + numel % 2, &bytes)) break;
       return bytes;
     }
     default:

@@ -51,9 +51,15 @@ constexpr uint8_t kMaxMessageKindCode = 7;
 // lossy codecs.
 using Codec = CodecId;
 constexpr uint8_t kMaxCodecCode = kMaxCodecId;
-// blockwise8: the per-block f32 absmax values first (4-byte aligned at the frame's
-// start), then one byte per element; a block is this many values.
+// The blockwise codecs: the per-block f32 absmax values ("block scales") first
+// (4-byte aligned at the frame's start), then the codes; a block is this many values.
+// blockwise8: one byte per element.
 constexpr uint64_t kBlockwise8BlockSize = static_cast<uint64_t>(compression::kBlockwise8BlockSize);
+// blockwise4: two elements per byte, low nibble first (ceil(numel/2) bytes). The
+// same value as compression::kBlockwise4BlockSize (swarm/compression/blockwise4.h),
+// which wire does not depend on; tests/compression/codecs_test.cc checks that the
+// sizes agree for every codec.
+constexpr uint64_t kBlockwise4BlockSize = 64;
 
 // Absolute bounds of the header format, far above any sane Limits. The
 // decoder refuses a count beyond them before it reserves anything, so a
@@ -63,7 +69,9 @@ constexpr uint32_t kMaxWireRank = 64;
 constexpr uint32_t kMaxWireText = 64 << 10;
 
 // The bytes a payload must have; errors on a codec that does not apply to the
-// dtype and on sizes beyond uint64.
+// dtype and on sizes beyond uint64. decode_message also rejects (non_finite) a
+// lossy payload whose fp16/bf16 values or block scales are NaN/Inf; the rest of a
+// blockwise frame (its codes, a 4-bit padding nibble) is the codec's to check.
 Result<uint64_t> expected_payload_bytes(DType dtype, uint64_t numel, Codec codec);
 
 struct TensorHeader {

@@ -1,9 +1,11 @@
 // Which types model the Codec and CodecTable concepts, and which do not; and the
-// codec names of the command line (--codec 8bit|fp16|bf16|none).
+// codec names of the command line (--codec 8bit|4bit|fp16|bf16|none).
 #include <doctest/doctest.h>
 
 #include <cstddef>
+#include <iterator>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -14,6 +16,7 @@ namespace swarm {
 namespace {
 
 using compression::Bf16Codec;
+using compression::Blockwise4Codec;
 using compression::Blockwise8Codec;
 using compression::Fp16Codec;
 using compression::NoneCodec;
@@ -88,6 +91,7 @@ static_assert(Codec<NoneCodec>);
 static_assert(Codec<Fp16Codec>);
 static_assert(Codec<Bf16Codec>);
 static_assert(Codec<Blockwise8Codec>);
+static_assert(Codec<Blockwise4Codec>);
 static_assert(Codec<TaggedCodec>);
 static_assert(!Codec<UntaggedCodec>);
 static_assert(!Codec<CodecWithTableTag>);
@@ -104,6 +108,7 @@ static_assert(NoneCodec::id == CodecId::none);
 static_assert(Fp16Codec::id == CodecId::fp16);
 static_assert(Bf16Codec::id == CodecId::bf16);
 static_assert(Blockwise8Codec::id == CodecId::blockwise8);
+static_assert(Blockwise4Codec::id == CodecId::blockwise4);
 
 // Every member a table needs, but no tag.
 struct UntaggedTable {
@@ -143,6 +148,7 @@ static_assert(!CodecTable<int>);
 // A codec is not a table, and a table is not a codec.
 static_assert(!CodecTable<NoneCodec>);
 static_assert(!CodecTable<Blockwise8Codec>);
+static_assert(!CodecTable<Blockwise4Codec>);
 static_assert(!Codec<StandardCodecs>);
 static_assert(!Codec<TaggedTable>);
 
@@ -150,6 +156,7 @@ static_assert(StandardCodecs::supports(CodecId::none));
 static_assert(StandardCodecs::supports(CodecId::fp16));
 static_assert(StandardCodecs::supports(CodecId::bf16));
 static_assert(StandardCodecs::supports(CodecId::blockwise8));
+static_assert(StandardCodecs::supports(CodecId::blockwise4));
 static_assert(!StandardCodecs::supports(static_cast<CodecId>(kMaxCodecId + 1)));
 
 // The wire codes are part of the protocol: they never change.
@@ -157,7 +164,14 @@ static_assert(static_cast<uint8_t>(CodecId::none) == 0);
 static_assert(static_cast<uint8_t>(CodecId::fp16) == 1);
 static_assert(static_cast<uint8_t>(CodecId::bf16) == 2);
 static_assert(static_cast<uint8_t>(CodecId::blockwise8) == 3);
-static_assert(kMaxCodecId == 3);
+static_assert(static_cast<uint8_t>(CodecId::blockwise4) == 4);
+static_assert(kMaxCodecId == 4);
+static_assert(std::size(kAllCodecIds) == 5);
+// The 4-bit codec's compile-time facts: its bound is a constant expression, and
+// its block and frame sizes are the ones blockwise4.h states.
+static_assert(Blockwise4Codec::kBlockSize == 64);
+static_assert(Blockwise4Codec::max_abs_error(1.0f, 0.5f) > 0.1519f && Blockwise4Codec::max_abs_error(1.0f, 0.5f) < 0.1520f);
+static_assert(Blockwise4Codec::max_abs_error(0.0f, 0.0f) == 0x1p-149f);
 
 // What a runtime looks like: generic over the table, no implementation included.
 template <CodecTable Codecs>
@@ -174,15 +188,16 @@ TEST_CASE("code written against CodecTable runs on StandardCodecs") {
     INFO(codec_name(id));
     std::vector<float> out(in.size());
     REQUIRE(round_trip<StandardCodecs>(id, in, out).is_ok());
-    CHECK(out == in);  // all four represent these exactly (8bit: ±absmax and 0 are codes)
+    CHECK(out == in);  // all five represent these exactly (8bit, 4bit: ±absmax and 0 are codes)
   }
 }
 
-TEST_CASE("codec names: the --codec flag's four names round-trip, nothing else parses") {
+TEST_CASE("codec names: the --codec flag's five names round-trip, nothing else parses") {
   CHECK(codec_name(CodecId::none) == "none");
   CHECK(codec_name(CodecId::fp16) == "fp16");
   CHECK(codec_name(CodecId::bf16) == "bf16");
   CHECK(codec_name(CodecId::blockwise8) == "8bit");
+  CHECK(codec_name(CodecId::blockwise4) == "4bit");
   for (CodecId id : kAllCodecIds) {
     INFO(codec_name(id));
     REQUIRE(codec_from_name(codec_name(id)).has_value());
@@ -190,14 +205,24 @@ TEST_CASE("codec names: the --codec flag's four names round-trip, nothing else p
     REQUIRE(codec_from_code(static_cast<uint8_t>(id)).has_value());
     CHECK(*codec_from_code(static_cast<uint8_t>(id)) == id);
   }
-  for (std::string_view bad : {"int8", "8BIT", "FP16", "blockwise8", "8bit ", " none", "", "f16", "fp32"}) {
+  for (std::string_view bad : {"int8", "8BIT", "FP16", "blockwise8", "8bit ", " none", "", "f16", "fp32", "int4",
+                               "nf4", "4BIT", "blockwise4", "4 bit"}) {
     INFO("name '" << std::string(bad) << "'");
     CHECK_FALSE(codec_from_name(bad).has_value());
   }
   CHECK(codec_name(static_cast<CodecId>(7)) == "invalid");
-  CHECK_FALSE(codec_from_code(4).has_value());
+  CHECK(codec_from_code(4) == CodecId::blockwise4);
+  CHECK_FALSE(codec_from_code(5).has_value());
   CHECK_FALSE(codec_from_code(255).has_value());
   static_assert(codec_from_name("8bit") == CodecId::blockwise8);  // usable at compile time
+  static_assert(codec_from_name("4bit") == CodecId::blockwise4);
+}
+
+TEST_CASE("the name lists for the command line come from kAllCodecIds") {
+  const std::vector<std::string> names = all_codec_names();
+  REQUIRE(names.size() == std::size(kAllCodecIds));
+  for (std::size_t i = 0; i < names.size(); ++i) CHECK(names[i] == codec_name(kAllCodecIds[i]));
+  CHECK(all_codec_names_text() == "none, fp16, bf16, 8bit or 4bit");
 }
 
 }  // namespace

@@ -664,6 +664,12 @@ void check_bytes_per_value(CodecId codec, const AllReduceResult& r) {
       CHECK(r.payload_bytes_sent > r.payload_values_sent);  // the absmax of each block
       CHECK(bytes_per_value(r) <= 1.02);
       break;
+    case CodecId::blockwise4:
+      // 4.5 bits a value in whole blocks of 64; a chunk's short last block and
+      // odd count add at most 4.5 bytes (<= 0.57 for chunks of 600 values or more).
+      CHECK(bytes_per_value(r) >= 0.5625);
+      CHECK(bytes_per_value(r) <= 0.57);
+      break;
   }
 }
 
@@ -698,7 +704,7 @@ TEST_CASE("with every codec, 2 and 3 members end bit-identical, within two quant
   }
 }
 
-TEST_CASE("bytes per value on a real-size round: none 4, fp16 and bf16 2, 8bit at most 1.02") {
+TEST_CASE("bytes per value on a real-size round: none 4, fp16 and bf16 2, 8bit at most 1.02, 4bit 0.5625 to 0.57") {
   AllReduceConfig config;  // default chunks (2^18 values)
   config.part_timeout_seconds = 10;
   config.round_timeout_seconds = 60;

@@ -1,6 +1,7 @@
-// The four wire codecs: each declared worst-case error held element by element
+// The five wire codecs: each declared worst-case error held element by element
 // (random tensors over many scales, and adversarial ones), bit-exactness against
-// the reference conversions (dtype.h for fp16/bf16, quantize_blockwise8 for 8bit),
+// the reference conversions (dtype.h for fp16/bf16, quantize_blockwise8 for 8bit;
+// the 4-bit codebook and frame details are in blockwise4_test.cc),
 // refusal of NaN/Inf and unrepresentable input, refusal of wrong sizes and forged
 // frames on decode, StandardCodecs dispatch, and the encoded sizes.
 #include <doctest/doctest.h>
@@ -58,6 +59,17 @@ Status encode_status(std::span<const float> values) {
   return C::encode(values, frame);
 }
 
+// The values that share one absmax: the codec's block, or (codecs without
+// blocks ignore the absmax) 4096.
+template <Codec C>
+constexpr std::size_t block_of() {
+  if constexpr (requires { C::kBlockSize; }) {
+    return static_cast<std::size_t>(C::kBlockSize);
+  } else {
+    return kBlock;
+  }
+}
+
 // Encodes and decodes `values` and checks every element against the codec's
 // declared bound, given its block's absmax. Returns the decoded values.
 template <Codec C>
@@ -67,8 +79,9 @@ std::vector<float> check_bound(const std::vector<float>& values) {
   std::size_t failures = 0;
   std::size_t first = 0;
   double first_error = 0, first_bound = 0;
-  for (std::size_t begin = 0; begin < values.size(); begin += kBlock) {
-    const std::size_t end = std::min(values.size(), begin + kBlock);
+  constexpr std::size_t block = block_of<C>();
+  for (std::size_t begin = 0; begin < values.size(); begin += block) {
+    const std::size_t end = std::min(values.size(), begin + block);
     float absmax = 0;
     for (std::size_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(values[i]));
     for (std::size_t i = begin; i < end; ++i) {
@@ -164,6 +177,7 @@ TEST_CASE("every codec holds its declared error bound on random tensors") {
         if (scale <= 1e4f) check_bound<Fp16Codec>(values);  // normal(0, 1e4) stays below 65504 here
         check_bound<Bf16Codec>(values);
         check_bound<Blockwise8Codec>(values);
+        check_bound<Blockwise4Codec>(values);
       }
     }
     // Magnitudes spread over many decades inside one block (fp16: up to its range).
@@ -173,10 +187,12 @@ TEST_CASE("every codec holds its declared error bound on random tensors") {
     check_bound<Fp16Codec>(wide);
     check_bound<Bf16Codec>(wide);
     check_bound<Blockwise8Codec>(wide);
+    check_bound<Blockwise4Codec>(wide);
     const std::vector<float> huge = random_log_uniform(kBlock + 3, seed, 20.0f, 38.5f);
     check_bound<NoneCodec>(huge);
     check_bound<Bf16Codec>(huge);
     check_bound<Blockwise8Codec>(huge);
+    check_bound<Blockwise4Codec>(huge);
   }
 }
 
@@ -206,7 +222,8 @@ TEST_CASE("adversarial tensors: zeros, one huge value among tiny ones, denormals
     zeros[3] = -0.0f;
     zeros[kBlock + 1] = -0.0f;
     for (const auto& decoded : {check_bound<NoneCodec>(zeros), check_bound<Fp16Codec>(zeros),
-                                check_bound<Bf16Codec>(zeros), check_bound<Blockwise8Codec>(zeros)}) {
+                                check_bound<Bf16Codec>(zeros), check_bound<Blockwise8Codec>(zeros),
+                                check_bound<Blockwise4Codec>(zeros)}) {
       for (float x : decoded) CHECK(x == 0.0f);
     }
     const std::vector<std::byte> frame = encode_ok<Blockwise8Codec>(zeros);
@@ -235,6 +252,9 @@ TEST_CASE("adversarial tensors: zeros, one huge value among tiny ones, denormals
       CHECK(decoded[1234] == huge);  // the absmax itself is exact (code 255)
       CHECK(decoded[kBlock + 50] == -huge);
       check_blockwise8_matches_reference(values);
+      const std::vector<float> decoded4 = check_bound<Blockwise4Codec>(values);
+      CHECK(decoded4[1234] == huge);  // code 15
+      CHECK(decoded4[kBlock + 50] == -huge);  // code 0
     }
   }
   SUBCASE("denormals") {
@@ -266,6 +286,8 @@ TEST_CASE("adversarial tensors: zeros, one huge value among tiny ones, denormals
     CHECK(q8[1] != 0.0f);  // the denormal block is scaled by its own (denormal) absmax
     CHECK(q8[kBlock - 1] != 0.0f);
     check_blockwise8_matches_reference(values);
+    const auto q4 = check_bound<Blockwise4Codec>(values);
+    CHECK(q4[kBlock - 1] == 3 * kDenormMin);  // an all-equal denormal block: its absmax, exactly
   }
   SUBCASE("range limits") {
     const std::vector<float> fp16_edge = {65504.0f, -65504.0f, 65503.0f, 0x1p-14f, 0x1p-24f, 0x1p-25f,
@@ -282,12 +304,13 @@ TEST_CASE("adversarial tensors: zeros, one huge value among tiny ones, denormals
     CHECK(check_bound<NoneCodec>(extremes) == extremes);
     check_bound<Blockwise8Codec>(extremes);
     check_blockwise8_matches_reference(extremes);
+    check_bound<Blockwise4Codec>(extremes);
   }
 }
 
-TEST_CASE("sizes that are not multiples of 4096, and the empty tensor") {
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{4095}, std::size_t{4097},
-                        std::size_t{10000}}) {
+TEST_CASE("sizes that are not multiples of 4096 (or 64), and the empty tensor") {
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{63}, std::size_t{65}, std::size_t{4095},
+                        std::size_t{4097}, std::size_t{10000}}) {
     INFO("n " << n);
     const std::vector<float> values = random_normal(n, 99, 3.0f);
     check_bound<NoneCodec>(values);
@@ -295,12 +318,14 @@ TEST_CASE("sizes that are not multiples of 4096, and the empty tensor") {
     check_bound<Bf16Codec>(values);
     check_bound<Blockwise8Codec>(values);
     check_blockwise8_matches_reference(values);
+    check_bound<Blockwise4Codec>(values);
   }
   // Empty: zero bytes, and it round-trips (also through spans with no storage).
   CHECK(*NoneCodec::encoded_bytes(0) == 0);
   CHECK(*Fp16Codec::encoded_bytes(0) == 0);
   CHECK(*Bf16Codec::encoded_bytes(0) == 0);
   CHECK(*Blockwise8Codec::encoded_bytes(0) == 0);
+  CHECK(*Blockwise4Codec::encoded_bytes(0) == 0);
   for (CodecId id : kAllCodecIds) {
     INFO(codec_name(id));
     CHECK(StandardCodecs::encode(id, std::span<const float>(), std::span<std::byte>()).is_ok());
@@ -503,9 +528,10 @@ TEST_CASE("NaN and infinities are refused, naming the element; out-of-range valu
         CHECK(status.code() == StatusCode::invalid_argument);
         CHECK(status.message().find(element) != std::string::npos);
         CHECK(status.message().find(std::isnan(bad) ? "NaN" : "inf") != std::string::npos);
-        if (id == CodecId::blockwise8) {
+        if (id == CodecId::blockwise8 || id == CodecId::blockwise4) {
           // Never a NaN (or inf) scale, even in a frame that was refused.
-          for (int b = 0; b < 3; ++b) {
+          const int blocks = id == CodecId::blockwise8 ? 3 : 157;  // ceil(10000 / 4096), ceil(10000 / 64)
+          for (int b = 0; b < blocks; ++b) {
             float absmax;
             std::memcpy(&absmax, frame.data() + 4 * b, 4);
             CHECK(std::isfinite(absmax));
@@ -671,18 +697,21 @@ TEST_CASE("StandardCodecs dispatch equals the direct codec, bit for bit") {
   same(Fp16Codec{});
   same(Bf16Codec{});
   same(Blockwise8Codec{});
+  same(Blockwise4Codec{});
 
-  const CodecId unknown = static_cast<CodecId>(4);
+  const CodecId unknown = static_cast<CodecId>(kMaxCodecId + 1);
   CHECK_FALSE(StandardCodecs::supports(unknown));
   CHECK(StandardCodecs::encoded_bytes(unknown, 10).status().code() == StatusCode::invalid_argument);
   std::vector<std::byte> frame(40);
   std::vector<float> out(10);
-  CHECK(StandardCodecs::encode(unknown, out, frame).code() == StatusCode::invalid_argument);
+  const Status unknown_status = StandardCodecs::encode(unknown, out, frame);
+  CHECK(unknown_status.code() == StatusCode::invalid_argument);
+  CHECK(unknown_status.message().find("4 4bit") != std::string::npos);  // the known list names it
   CHECK(StandardCodecs::decode(unknown, frame, out).code() == StatusCode::invalid_argument);
   CHECK(std::isinf(StandardCodecs::max_abs_error(unknown, 1.0f, 1.0f)));
 }
 
-TEST_CASE("encoded sizes: none 4 bytes a value, fp16/bf16 2, 8bit about 1, as the wire expects") {
+TEST_CASE("encoded sizes: none 4 bytes a value, fp16/bf16 2, 8bit about 1, 4bit 0.5625, as the wire expects") {
   const uint64_t n = uint64_t{1} << 20;
   CHECK(*NoneCodec::encoded_bytes(n) == 4 * n);
   CHECK(*Fp16Codec::encoded_bytes(n) == 2 * n);
@@ -695,6 +724,10 @@ TEST_CASE("encoded sizes: none 4 bytes a value, fp16/bf16 2, 8bit about 1, as th
   CHECK(*Blockwise8Codec::encoded_bytes(1) == 5);
   CHECK(*Blockwise8Codec::encoded_bytes(4096) == 4100);
   CHECK(*Blockwise8Codec::encoded_bytes(4097) == 4105);
+  const uint64_t q4 = *Blockwise4Codec::encoded_bytes(n);
+  CHECK(q4 == n / 2 + 4 * (n / 64));  // 4.5 bits a value
+  CHECK(static_cast<double>(4 * n) / static_cast<double>(q4) == doctest::Approx(32.0 / 4.5));
+  CHECK(encode_ok<Blockwise4Codec>(random_normal(n, 1, 1.0f)).size() == q4);
   // Overflow is an error, not a wrapped count.
   CHECK(*NoneCodec::encoded_bytes((uint64_t{1} << 62) - 1) == ~uint64_t{0} - 3);
   CHECK(NoneCodec::encoded_bytes(uint64_t{1} << 62).status().code() == StatusCode::out_of_range);
@@ -702,15 +735,20 @@ TEST_CASE("encoded sizes: none 4 bytes a value, fp16/bf16 2, 8bit about 1, as th
   CHECK(Bf16Codec::encoded_bytes(~uint64_t{0}).status().code() == StatusCode::out_of_range);
   CHECK(Blockwise8Codec::encoded_bytes(~uint64_t{0}).status().code() == StatusCode::out_of_range);
   CHECK(Blockwise8Codec::encoded_bytes(~uint64_t{0} - (~uint64_t{0} / 1024) - 8).is_ok());
+  // 4bit never overflows: the largest n still has an exact size, 2^63 + 2^60.
+  CHECK(*Blockwise4Codec::encoded_bytes(~uint64_t{0}) == (uint64_t{1} << 63) + (uint64_t{1} << 60));
 
   // The same counts as the wire's frame-size check, and the same codec numbers.
   static_assert(static_cast<uint8_t>(CodecId::none) == static_cast<uint8_t>(wire::Codec::none));
   static_assert(static_cast<uint8_t>(CodecId::fp16) == static_cast<uint8_t>(wire::Codec::fp16));
   static_assert(static_cast<uint8_t>(CodecId::bf16) == static_cast<uint8_t>(wire::Codec::bf16));
   static_assert(static_cast<uint8_t>(CodecId::blockwise8) == static_cast<uint8_t>(wire::Codec::blockwise8));
+  static_assert(static_cast<uint8_t>(CodecId::blockwise4) == static_cast<uint8_t>(wire::Codec::blockwise4));
   static_assert(kMaxCodecId == wire::kMaxCodecCode);
-  for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{4095}, uint64_t{4096}, uint64_t{4097}, uint64_t{10000},
-                         n, ~uint64_t{0}}) {
+  static_assert(wire::kBlockwise4BlockSize == static_cast<uint64_t>(Blockwise4Codec::kBlockSize));
+  for (uint64_t count : {uint64_t{0}, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{63}, uint64_t{64}, uint64_t{65},
+                         uint64_t{4095}, uint64_t{4096}, uint64_t{4097}, uint64_t{10000}, n, ~uint64_t{0} - 1,
+                         ~uint64_t{0}}) {
     for (CodecId id : kAllCodecIds) {
       INFO(codec_name(id) << " n " << count);
       const auto ours = StandardCodecs::encoded_bytes(id, count);

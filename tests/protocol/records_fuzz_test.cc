@@ -363,8 +363,10 @@ class Fuzz {
       case Kind::tensor_spec: return tensor_spec_value();
       case Kind::dtype: return good ? json("f32") : any_string();
       case Kind::codec: {
-        static const char* const kCodecs[] = {"none", "fp16", "bf16", "8bit", "blockwise8", "NONE", "", "int4"};
-        return good ? json(kCodecs[below(4)]) : json(kCodecs[below(std::size(kCodecs))]);
+        // The first five are codec_name's (kAllCodecIds); the rest are not names.
+        static const char* const kCodecs[] = {"none", "fp16", "bf16", "8bit", "4bit", "blockwise8", "NONE", "", "int4",
+                                              "4BIT", "blockwise4"};
+        return good ? json(kCodecs[below(5)]) : json(kCodecs[below(std::size(kCodecs))]);
       }
     }
     return nullptr;

@@ -356,7 +356,7 @@ wire::EncodedTensor random_tensor(Fuzz& fuzz, bool poison) {
                                   DType::i32, DType::i64, DType::u8};
   wire::EncodedTensor t;
   t.dtype = kDtypes[fuzz.below(std::size(kDtypes))];
-  t.codec = t.dtype == DType::f32 && fuzz.chance(0.6) ? kAllCodecIds[fuzz.below(4)] : CodecId::none;
+  t.codec = t.dtype == DType::f32 && fuzz.chance(0.6) ? kAllCodecIds[fuzz.below(std::size(kAllCodecIds))] : CodecId::none;
   static const int64_t kDims[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 1, 4, 8};
   for (size_t r = fuzz.chance(0.85) ? 1 + fuzz.below(3) : fuzz.below(6); r > 0; --r) {
     t.dims.push_back(kDims[fuzz.below(std::size(kDims))]);

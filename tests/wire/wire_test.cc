@@ -2,10 +2,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace swarm::wire {
@@ -156,7 +158,7 @@ TEST_CASE("header fields out of range are rejected with their counter") {
     CHECK(message.find("tensor 1") != std::string::npos);
   }
   SUBCASE("unknown codec") {
-    forged.tensors[0].codec = 4;
+    forged.tensors[0].codec = kMaxCodecCode + 1;
     fixture.replace_header(forged);
     expect_rejected(fixture.frames.views(), Limits{}, StatusCode::invalid_argument,
                     &ValidationCounters::bad_dtype);
@@ -336,6 +338,69 @@ TEST_CASE("expected_payload_bytes follows each codec's rule") {
         StatusCode::invalid_argument);
   CHECK(expected_payload_bytes(DType::f32, uint64_t{1} << 63, Codec::none).status().code() ==
         StatusCode::out_of_range);
+}
+
+TEST_CASE("expected_payload_bytes for blockwise4: 4·ceil(n/64) scale bytes + ceil(n/2) code bytes, never wrapped") {
+  CHECK(expected_payload_bytes(DType::f32, 0, Codec::blockwise4).value() == 0);
+  CHECK(expected_payload_bytes(DType::f32, 1, Codec::blockwise4).value() == 4 + 1);
+  CHECK(expected_payload_bytes(DType::f32, 2, Codec::blockwise4).value() == 4 + 1);
+  CHECK(expected_payload_bytes(DType::f32, 63, Codec::blockwise4).value() == 4 + 32);
+  CHECK(expected_payload_bytes(DType::f32, 64, Codec::blockwise4).value() == 4 + 32);
+  CHECK(expected_payload_bytes(DType::f32, 65, Codec::blockwise4).value() == 8 + 33);
+  CHECK(expected_payload_bytes(DType::f32, 5000, Codec::blockwise4).value() == 4 * 79 + 2500);
+  // The largest counts fit in 64 bits (about 0.5625 bytes a value): exact, not wrapped.
+  const uint64_t max = ~uint64_t{0};
+  CHECK(expected_payload_bytes(DType::f32, max, Codec::blockwise4).value() == (uint64_t{1} << 63) + (uint64_t{1} << 60));
+  CHECK(expected_payload_bytes(DType::f32, max - 64, Codec::blockwise4).value() ==
+        (uint64_t{1} << 63) - 32 + (uint64_t{1} << 60) - 4);
+  CHECK(expected_payload_bytes(DType::bf16, 10, Codec::blockwise4).status().code() == StatusCode::invalid_argument);
+  CHECK(expected_payload_bytes(DType::i32, 10, Codec::blockwise4).status().code() == StatusCode::invalid_argument);
+}
+
+// One f32 tensor of `numel` values whose payload claims `codec`: `scales` block
+// scales of 1.0 and then `code_bytes` bytes of 0x5a.
+Frames blockwise_message(Codec codec, int64_t numel, std::size_t scales, std::size_t code_bytes) {
+  MessageHeader header;
+  header.kind = MessageKind::allreduce_part;
+  TensorHeader tensor;
+  tensor.dtype_code = static_cast<uint8_t>(DType::f32);
+  tensor.codec = static_cast<uint8_t>(codec);
+  tensor.dims = {numel};
+  tensor.payload_bytes = 4 * scales + code_bytes;
+  header.tensors.push_back(tensor);
+  std::string payload(4 * scales + code_bytes, '\x5a');
+  const float one = 1.0f;
+  for (std::size_t b = 0; b < scales; ++b) std::memcpy(payload.data() + 4 * b, &one, 4);
+  Frames frames;
+  frames.parts = {serialize_header(header), payload};
+  return frames;
+}
+
+TEST_CASE("a forged NaN/Inf block scale is rejected at the wire and counted, for both blockwise codecs") {
+  // 129 values: 8bit has 1 scale and 129 code bytes; 4bit has 3 scales and 65.
+  for (const auto& [codec, scales, code_bytes] : {std::tuple{Codec::blockwise8, std::size_t{1}, std::size_t{129}},
+                                                   std::tuple{Codec::blockwise4, std::size_t{3}, std::size_t{65}}}) {
+    INFO("codec " << codec_name(codec));
+    Frames good = blockwise_message(codec, 129, scales, code_bytes);
+    CHECK(decode_message(good.views(), Limits{}).is_ok());
+    for (uint32_t forged : {0x7fc00000u, 0xff800000u, 0x7f800000u, 0x7f800001u}) {
+      Frames frames = good;
+      const std::size_t block = scales - 1;  // the last scale
+      std::memcpy(frames.parts[1].mutable_string().data() + 4 * block, &forged, 4);
+      std::string message = expect_rejected(frames.views(), Limits{}, StatusCode::invalid_argument,
+                                            &ValidationCounters::non_finite);
+      CHECK(message.find("tensor 0") != std::string::npos);
+      CHECK(message.find("block scale element " + std::to_string(block)) != std::string::npos);
+    }
+    // Bytes that would read as NaN in the codes are not scales: not scanned.
+    Frames codes = good;
+    std::string& payload = codes.parts[1].mutable_string();
+    std::fill(payload.begin() + static_cast<std::ptrdiff_t>(4 * scales), payload.end(), '\xff');
+    CHECK(decode_message(codes.views(), Limits{}).is_ok());
+  }
+  // A 4bit frame one byte short (as if counted one code a byte, or no padding) is a size mismatch.
+  Frames short_frame = blockwise_message(Codec::blockwise4, 129, 3, 64);
+  expect_rejected(short_frame.views(), Limits{}, StatusCode::invalid_argument, &ValidationCounters::frame_mismatch);
 }
 
 TEST_CASE("an encoded payload decodes as bytes with no typed view") {
