@@ -119,6 +119,10 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
           "--max-batch",   std::to_string(o.max_batch),
           "--codec",       o.codec,
           "--threads",     "1"};
+  if (!o.model.boundaries.empty()) {
+    args.push_back("--boundary");
+    args.push_back(gpt::format_boundary_layers(o.model.boundaries));
+  }
   args.insert(args.end(), sync.begin(), sync.end());
   return args;
 }
@@ -765,7 +769,7 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   config.backward_timeout_seconds = o.backward_timeout_seconds;
   config.refresh_period_seconds = 2.0;
   const std::optional<CodecId> codec = codec_from_name(o.codec);
-  if (!codec) return invalid_argument("--codec {}: expected 8bit, fp16, bf16 or none", o.codec);
+  if (!codec) return invalid_argument("--codec {}: expected {}", o.codec, all_codec_names_text());
   config.codec = *codec;
   std::vector<std::unique_ptr<SwarmTrainer>> trainers;
   for (int t = 0; t < o.trainers; ++t) {

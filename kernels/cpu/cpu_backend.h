@@ -1,6 +1,7 @@
 // cpu_backend: the CPU model of the Backend concept, over the fp32 kernels in ops.h.
 //
-// The stream is a no-op token: CPU kernels finish before they return.
+// The stream is a no-op token: CPU kernels finish before they return. Beyond the
+// concept it has the maxout op (MaxoutBackend) of maxout boundary layers.
 //
 //   static_assert(swarm::Backend<swarm::CpuBackend>);
 //   swarm::CpuBackend::matmul_forward(y, x, w, b, N, C, OC, swarm::CpuStream{});
@@ -17,6 +18,7 @@ struct CpuStream {};
 
 struct CpuBackend {
   using backend_concept = backend_t;
+  using maxout_concept = maxout_t;
   using stream_type = CpuStream;
   using value_type = float;
   static constexpr Device device = Device::cpu;
@@ -77,6 +79,12 @@ struct CpuBackend {
   static void accumulate(float* dst, const float* src, int64_t n, CpuStream) {
     cpu::accumulate(dst, src, n);
   }
+  static void maxout_forward(float* out, const float* inp, int N, int C, int k, CpuStream) {
+    cpu::maxout_forward(out, inp, N, C, k);
+  }
+  static void maxout_backward(float* dinp, const float* dout, const float* inp, int N, int C, int k, CpuStream) {
+    cpu::maxout_backward(dinp, dout, inp, N, C, k);
+  }
   static void fill_zero(float* dst, int64_t n, CpuStream) {
     std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
   }
@@ -94,5 +102,6 @@ struct CpuBackend {
 };
 
 static_assert(Backend<CpuBackend>);
+static_assert(MaxoutBackend<CpuBackend>);
 
 }  // namespace swarm

@@ -59,6 +59,13 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 // dst += src
 void accumulate(float* dst, const float* src, int64_t n);
 
+// Maxout over k contiguous slices of each row of inp [N, C]: out [N, C/k] with
+// out[n, j] = max over g < k of inp[n, g * C/k + j]. C % k == 0.
+void maxout_forward(float* out, const float* inp, int N, int C, int k);
+// dinp[n, g* * C/k + j] += dout[n, j], g* the first g reaching the maximum (a NaN
+// counts as the maximum), recomputed from inp rather than saved by the forward.
+void maxout_backward(float* dinp, const float* dout, const float* inp, int N, int C, int k);
+
 // Fused softmax cross-entropy over rows of logits[N,V]: losses[N] gets
 // -log softmax(logits)[target]; dlogits (if not null) is overwritten with
 // (softmax - onehot(target)) * dloss_scale. A target outside [0, V) is a

@@ -7,7 +7,8 @@
 // once; a launcher's error Status is kept in the stream's error slot and
 // returned by the next synchronize(), so model code stays free of checks while
 // no failure is lost. Beyond the concept, the backend offers fused ops (residual
-// + layernorm, GEMM + GELU epilogues) that GptStage uses when present.
+// + layernorm, GEMM + GELU epilogues) that GptStage uses when present, and the
+// maxout op (MaxoutBackend) of maxout boundary layers.
 //
 //   static_assert(swarm::Backend<swarm::CudaBf16Backend>);
 //   auto stage = swarm::gpt::GptStage<swarm::CudaBf16Backend>::create(config, layout, seed);
@@ -28,6 +29,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/maxout.h"
 
 namespace swarm {
 
@@ -50,6 +52,7 @@ struct CudaBackendT {
   using backend_concept = backend_t;
   using fused_residual_layernorm_concept = fused_residual_layernorm_t;
   using fused_matmul_gelu_concept = fused_matmul_gelu_t;
+  using maxout_concept = maxout_t;
   using stream_type = CudaStream;
   using value_type = Value;
   static constexpr Device device = Device::cuda;
@@ -134,6 +137,12 @@ struct CudaBackendT {
   static void accumulate(Value* dst, const Value* src, int64_t n, CudaStream s) {
     s.record(cuda::accumulate(dst, src, n, s.handle));
   }
+  static void maxout_forward(Value* out, const Value* inp, int N, int C, int k, CudaStream s) {
+    s.record(cuda::maxout_forward(out, inp, N, C, k, s.handle));
+  }
+  static void maxout_backward(Value* dinp, const Value* dout, const Value* inp, int N, int C, int k, CudaStream s) {
+    s.record(cuda::maxout_backward(dinp, dout, inp, N, C, k, s.handle));
+  }
   static void fill_zero(float* dst, int64_t n, CudaStream s) { s.record(cuda::fill_zero(dst, n, s.handle)); }
   static void fill_zero(bf16* dst, int64_t n, CudaStream s)
     requires std::is_same_v<Value, bf16>
@@ -179,5 +188,7 @@ static_assert(Backend<CudaBf16CudnnBackend>);
 static_assert(FusedResidualLayernormBackend<CudaBackend> && FusedMatmulGeluBackend<CudaBackend>);
 static_assert(FusedResidualLayernormBackend<CudaBf16Backend> && FusedMatmulGeluBackend<CudaBf16Backend>);
 static_assert(FusedResidualLayernormBackend<CudaBf16CudnnBackend> && FusedMatmulGeluBackend<CudaBf16CudnnBackend>);
+// Every CUDA backend computes maxout boundary layers.
+static_assert(MaxoutBackend<CudaBackend> && MaxoutBackend<CudaBf16Backend> && MaxoutBackend<CudaBf16CudnnBackend>);
 
 }  // namespace swarm

@@ -18,6 +18,32 @@
 
 namespace swarm::gpt {
 
+enum class BoundaryKind { none, bottleneck, maxout };
+
+// The layers at one stage cut. k divides the width: the tensor crossing the
+// cut is [B, T, d_model / k], so none has k = 1 and the others k in {2, 4}.
+struct BoundaryLayer {
+  BoundaryKind kind = BoundaryKind::none;
+  int k = 1;
+
+  bool compresses() const { return kind != BoundaryKind::none; }
+  int wire_width(int d_model) const { return d_model / k; }
+  Status validate(int d_model) const;
+  // Parameters the sending resp. receiving stage holds for this cut.
+  int64_t sender_parameter_count(int d_model) const;
+  int64_t receiver_parameter_count(int d_model) const;
+  // "none", "bottleneck:4", "maxout:2": what parse_boundary_layers reads.
+  std::string to_string() const;
+
+  friend bool operator==(const BoundaryLayer&, const BoundaryLayer&) = default;
+};
+
+// "none", "bottleneck:K" or "maxout:K" (K 2 or 4), one for every cut or a
+// comma-separated list with one per cut: "maxout:2,none,bottleneck:2".
+Result<std::vector<BoundaryLayer>> parse_boundary_layers(std::string_view text);
+// The inverse of parse_boundary_layers; "none" for an empty list.
+std::string format_boundary_layers(const std::vector<BoundaryLayer>& layers);
+
 struct GptConfig {
   int vocab_size = 256;   // bytes
   int max_seq_len = 128;
@@ -25,9 +51,18 @@ struct GptConfig {
   int n_heads = 4;
   int n_layers = 4;       // distinct blocks in the whole model
   int layer_repeat = 1;   // R: each block is applied R times in a row
+  // Per stage cut: empty = none at every cut; one entry = that entry at every
+  // cut; otherwise one entry per cut (num_stages - 1 of them).
+  std::vector<BoundaryLayer> boundaries;
 
   Status validate() const;
-  int64_t parameter_count() const;
+  // Whether `boundaries` suits a split into num_stages (see above).
+  Status check_boundaries_fit(int num_stages) const;
+  // The layers at the cut after stage `stage_index`, for a split the
+  // boundaries fit (check_boundaries_fit).
+  BoundaryLayer boundary_after(int stage_index) const;
+  // Of the model split into num_stages, boundary layers included; 1: the unsplit model.
+  int64_t parameter_count(int num_stages = 1) const;
   std::string to_json() const;
   static Result<GptConfig> from_json(const std::string& text);
 
@@ -47,6 +82,7 @@ struct StageLayout {
   friend bool operator==(const StageLayout&, const StageLayout&) = default;
 };
 
+// Both check that config.boundaries fit the number of stages.
 // Splits n_layers into num_stages contiguous runs, sizes differing by at most one.
 Result<std::vector<StageLayout>> partition_layers(const GptConfig& config, int num_stages);
 

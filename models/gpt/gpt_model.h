@@ -2,7 +2,9 @@
 //
 // The same GptStage code serves single-process training (here) and the swarm,
 // where each stage lives on other peers. A split model computes exactly what
-// the unsplit one does.
+// the unsplit one does, unless config.boundaries put compressing layers at its
+// cuts: then it computes the swarm's function, boundary layers included, and
+// the one-stage model (no cuts) ignores them.
 //
 //   auto model = swarm::gpt::GptModel<swarm::CpuBackend>::create(config, /*num_stages=*/1, seed);
 //   SWARM_ASSIGN_OR_RETURN(float loss, model->forward_backward(inputs, targets));

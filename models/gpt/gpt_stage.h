@@ -8,6 +8,9 @@
 // Inputs: i32 tokens [B, T] for the first stage, f32 hidden [B, T, C] for the
 // others. Outputs: hidden [B, T, C], or for the last stage the mean
 // cross-entropy loss as f32 [1] when targets are given, logits [B, T, V] when not.
+// Across a cut with a compressing boundary layer (config.boundaries, see
+// boundary.h) the hidden tensor is [B, T, C/k]: the sender ends with the
+// compression and the receiver starts with the expansion.
 //
 //   auto stage = swarm::gpt::GptStage<swarm::CpuBackend>::create(config, layout, seed);
 //   auto loss = stage->forward(tokens, &targets);
@@ -40,7 +43,9 @@ class GptStage {
   using backward_after_forward_concept = backward_after_forward_stage_t;
 
   // Parameters are initialized from (seed, name), so a split model starts with
-  // exactly the weights of the whole one.
+  // exactly the weights of the whole one (plus its boundary layers). Fails when
+  // config.boundaries do not fit layout.num_stages, or when a maxout boundary
+  // ends this stage and the backend is no MaxoutBackend.
   static Result<GptStage> create(const GptConfig& config, const StageLayout& layout, uint64_t seed);
 
   GptStage(GptStage&&) noexcept;
@@ -56,12 +61,13 @@ class GptStage {
   Status zero_grad();
   // The last stage takes targets and outputs the loss.
   bool takes_targets() const { return layout().has_head(); }
-  // Tokens i32 [B, T] into the first stage, f32 [B, T, d_model] between stages,
-  // i32 [B, T] targets and the f32 [1] loss at the last.
+  // Tokens i32 [B, T] into the first stage, f32 [B, T, d_model] between stages
+  // (d_model / k across a compressing cut), i32 [B, T] targets and the f32 [1]
+  // loss at the last.
   StageIoSpec io_spec() const;
 
   Result<Tensor> forward(const TensorView& input, const TensorView* targets);
-  // grad_output: d(loss) as f32 [1] for the last stage, else f32 [B, T, C].
+  // grad_output: d(loss) as f32 [1] for the last stage, else shaped like the output.
   // Returns the input gradient, or an undefined Tensor for the first stage.
   Result<Tensor> backward_after_forward(const TensorView& grad_output);
   // Uses a recent forward of the same input when one is still parked here

@@ -1,12 +1,15 @@
 // gpt_stage_impl: the template definitions of GptStage. Included only by the
 // translation units that instantiate it for one backend (gpt_stage_cpu.cc, and
 // the CUDA one), so users of gpt_stage.h never compile the model code.
+// The boundary layers at compressed stage cuts live in boundary.h; here they
+// only bracket the blocks: receive, blocks, send.
 #pragma once
 
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
+#include "models/gpt/boundary.h"
 #include "models/gpt/gpt_stage.h"
 #include "models/gpt/init.h"
 #include "models/gpt/inputs.h"
@@ -44,6 +47,7 @@ struct GptStage<B>::State {
     std::vector<BlockActivations> acts;
     Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
     Tensor grad_a, grad_b, dln, dqkv, datty, dfch, dfch_gelu, dlogits, dlnf;
+    BoundaryActivations boundary;
   };
   static constexpr size_t kParkedForwards = 4;
 
@@ -60,6 +64,10 @@ struct GptStage<B>::State {
   bool compute_values_stale = true;
   int wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, head = -1;
   std::vector<BlockParams> blocks;
+  // The cuts before and after this stage; none where there is no cut or it
+  // does not compress.
+  BoundaryLayer receive, send;
+  BoundaryParamIndices receive_params, send_params;
 
   int batch = 0, seq = 0;
   float dloss = 1.0f;  // the last stage's output gradient, d(loss)
@@ -69,6 +77,7 @@ struct GptStage<B>::State {
   std::vector<BlockActivations> acts;  // layer_repeat * num_layers applications
   Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
   Tensor grad_a, grad_b, dln, dqkv, datty, dfch, dfch_gelu, dlogits, dlnf;
+  BoundaryActivations boundary;
   typename B::stream_type stream{};
 
   void swap_active(Slot& slot) {
@@ -96,6 +105,7 @@ struct GptStage<B>::State {
     std::swap(dfch_gelu, slot.dfch_gelu);
     std::swap(dlogits, slot.dlogits);
     std::swap(dlnf, slot.dlnf);
+    std::swap(boundary, slot.boundary);
   }
 
   // Before a new forward: park the active one (if any) in place of the least
@@ -140,6 +150,25 @@ struct GptStage<B>::State {
   }
   static X* f(const Tensor& t) { return t.template data<X>(); }
   static float* stat(const Tensor& t) { return t.template data<float>(); }
+
+  // The widths of the hidden tensors this stage takes and gives: d_model, or
+  // d_model / k across a compressing cut.
+  int input_width() const { return receive.wire_width(config.d_model); }
+  int output_width() const { return send.wire_width(config.d_model); }
+
+  BoundaryParams<B> boundary_params(const BoundaryParamIndices& indices) {
+    BoundaryParams<B> p;
+    auto bind = [&](int index, const X** weight, float** gradient) {
+      if (index < 0) return;
+      *weight = w(index);
+      *gradient = grad(index);
+    };
+    bind(indices.ln_w, &p.ln_w, &p.ln_w_grad);
+    bind(indices.ln_b, &p.ln_b, &p.ln_b_grad);
+    bind(indices.proj_w, &p.proj_w, &p.proj_w_grad);
+    bind(indices.proj_b, &p.proj_b, &p.proj_b_grad);
+    return p;
+  }
 
   Status refresh_compute_values() {
     if constexpr (!kFloatValues) {
@@ -208,7 +237,7 @@ struct GptStage<B>::State {
     };
     SWARM_RETURN_IF_ERROR(make(&tokens, Shape{N}, DType::i32));
     SWARM_RETURN_IF_ERROR(make(&targets, Shape{N}, DType::i32));
-    SWARM_RETURN_IF_ERROR(make(&input, Shape{N, C}));
+    SWARM_RETURN_IF_ERROR(make(&input, Shape{N, input_width()}));
     if (layout.has_embedding()) SWARM_RETURN_IF_ERROR(make(&embedded, Shape{N, C}));
     acts.resize(static_cast<size_t>(config.layer_repeat) * layout.num_layers());
     for (auto& a : acts) {
@@ -244,17 +273,24 @@ struct GptStage<B>::State {
     SWARM_RETURN_IF_ERROR(make(&datty, Shape{N, C}));
     SWARM_RETURN_IF_ERROR(make(&dfch, Shape{N, 4 * C}));
     SWARM_RETURN_IF_ERROR(make(&dfch_gelu, Shape{N, 4 * C}));
+    SWARM_RETURN_IF_ERROR(allocate_boundary_buffers<B>(boundary, send, receive, N, C));
     batch = B_;
     seq = T_;
     return Status::ok();
   }
 
-  // The input of application `app`: the stage input, or the previous block's output.
+  // The input of application `app`: the stage's residual stream (embedded,
+  // received, or the input itself), or the previous block's output.
   const X* block_input(size_t app) {
     if (app > 0) return f(acts[app - 1].res3);
-    return layout.has_embedding() ? f(embedded) : f(input);
+    if (layout.has_embedding()) return f(embedded);
+    return receive.compresses() ? f(boundary.up_ln) : f(input);
   }
-  const X* stage_output() { return acts.empty() ? block_input(0) : f(acts.back().res3); }
+  const X* blocks_output() { return acts.empty() ? block_input(0) : f(acts.back().res3); }
+  // What the stage hands on (the head's outputs aside).
+  const X* stage_output() { return send.compresses() ? f(boundary.wire_out) : blocks_output(); }
+  // Where backward_after_forward puts the output gradient it is given.
+  Tensor& output_grad_buffer() { return send.compresses() ? boundary.wire_out_grad : grad_a; }
 
   // The forward of the resident inputs (tokens or input, and targets when
   // have_targets), all on the device.
@@ -263,13 +299,19 @@ struct GptStage<B>::State {
     if (layout.has_embedding()) {
       B::embedding_forward(f(embedded), tokens.template data<int32_t>(), w(wte), w(wpe), batch, seq, C, V, stream);
     }
+    if (receive.compresses()) {
+      receiving_boundary_forward<B>(receive, boundary_params(receive_params), boundary, f(input), N, C, stream);
+    }
     // Layer sharing applies each block layer_repeat times in a row, so a split
     // model is the same function as the unsplit one.
     for (size_t app = 0; app < acts.size(); ++app) {
       block_forward(block_input(app), acts[app], blocks[app / config.layer_repeat]);
     }
+    if (send.compresses()) {
+      sending_boundary_forward<B>(send, boundary_params(send_params), boundary, blocks_output(), N, C, stream);
+    }
     if (!layout.has_head()) return;
-    B::layernorm_forward(f(lnf), stat(lnf_mean), stat(lnf_rstd), stage_output(), w(lnf_w), w(lnf_b), N, C, stream);
+    B::layernorm_forward(f(lnf), stat(lnf_mean), stat(lnf_rstd), blocks_output(), w(lnf_w), w(lnf_b), N, C, stream);
     B::matmul_forward(f(logits), f(lnf), w(head), static_cast<const X*>(nullptr), N, C, V, stream);
     if (have_targets) {
       B::cross_entropy_forward_backward(stat(losses), static_cast<X*>(nullptr), f(logits),
@@ -278,8 +320,8 @@ struct GptStage<B>::State {
   }
 
   // The backward of the resident forward, from d(loss) = dloss (last stage) or
-  // the output gradient resident in grad_a; returns the input gradient (for
-  // the first stage, the embedding gradients are accumulated instead).
+  // the output gradient resident in output_grad_buffer(); returns the input
+  // gradient (for the first stage, the embedding gradients are accumulated instead).
   const X* compute_backward() {
     const int N = batch * seq, C = config.d_model, V = config.vocab_size;
     const int64_t NC = int64_t{N} * C;
@@ -293,12 +335,19 @@ struct GptStage<B>::State {
       B::matmul_backward(f(dlnf), grad(head), static_cast<float*>(nullptr), f(dlogits), f(lnf), w(head), N, C, V,
                          stream);
       B::fill_zero(d, NC, stream);
-      B::layernorm_backward(d, grad(lnf_w), grad(lnf_b), f(dlnf), stage_output(), w(lnf_w), stat(lnf_mean),
+      B::layernorm_backward(d, grad(lnf_w), grad(lnf_b), f(dlnf), blocks_output(), w(lnf_w), stat(lnf_mean),
                             stat(lnf_rstd), N, C, stream);
+    }
+    if (send.compresses()) {
+      sending_boundary_backward<B>(send, boundary_params(send_params), boundary, blocks_output(), d, N, C, stream);
     }
     for (size_t app = acts.size(); app-- > 0;) {
       block_backward(block_input(app), acts[app], blocks[app / config.layer_repeat], d, dx);
       std::swap(d, dx);
+    }
+    if (receive.compresses()) {
+      return receiving_boundary_backward<B>(receive, boundary_params(receive_params), boundary, f(input), d, N, C,
+                                            stream);
     }
     if (layout.has_embedding()) {
       B::embedding_backward(grad(wte), grad(wpe), d, tokens.template data<int32_t>(), batch, seq, C, V, stream);
@@ -370,10 +419,21 @@ Result<GptStage<B>> GptStage<B>::create(const GptConfig& config, const StageLayo
                             layout.stage_index, layout.num_stages, layout.first_layer,
                             layout.end_layer, config.n_layers);
   }
+  SWARM_RETURN_IF_ERROR(config.check_boundaries_fit(layout.num_stages));
+  // The cut before stage i is the one after stage i - 1.
+  const BoundaryLayer receive =
+      layout.has_embedding() ? BoundaryLayer{} : config.boundary_after(layout.stage_index - 1);
+  const BoundaryLayer send = layout.has_head() ? BoundaryLayer{} : config.boundary_after(layout.stage_index);
+  if (send.kind == BoundaryKind::maxout && !MaxoutBackend<B>) {
+    return unimplemented("stage {} ends in a {} boundary layer, but this backend has no maxout op (MaxoutBackend)",
+                         layout.stage_index, send.to_string());
+  }
   SWARM_RETURN_IF_ERROR(B::initialize());
   auto state = std::make_unique<State>();
   state->config = config;
   state->layout = layout;
+  state->receive = receive;
+  state->send = send;
   const int64_t C = config.d_model, V = config.vocab_size;
   // GPT-2: residual projections shrink with depth so the residual stream keeps its scale.
   const float residual_std = 0.02f / std::sqrt(2.0f * config.n_layers * config.layer_repeat);
@@ -385,6 +445,7 @@ Result<GptStage<B>> GptStage<B>::create(const GptConfig& config, const StageLayo
     state->wte = add("wte", Shape{V, C}, InitKind::normal);
     state->wpe = add("wpe", Shape{config.max_seq_len, C}, InitKind::normal, 0.01f);
   }
+  state->receive_params = add_receiving_boundary_params(receive, layout.stage_index - 1, C, add);
   for (int layer = layout.first_layer; layer < layout.end_layer; ++layer) {
     const std::string prefix = "h." + std::to_string(layer) + ".";
     typename State::BlockParams p{};
@@ -402,6 +463,7 @@ Result<GptStage<B>> GptStage<B>::create(const GptConfig& config, const StageLayo
     p.fcproj_b = add(prefix + "mlp.proj.bias", Shape{C}, InitKind::zeros);
     state->blocks.push_back(p);
   }
+  state->send_params = add_sending_boundary_params(send, layout.stage_index, C, add);
   if (layout.has_head()) {
     state->lnf_w = add("lnf.weight", Shape{C}, InitKind::ones);
     state->lnf_b = add("lnf.bias", Shape{C}, InitKind::zeros);
@@ -427,10 +489,10 @@ const StageLayout& GptStage<B>::layout() const { return state_->layout; }
 
 template <Backend B>
 StageIoSpec GptStage<B>::io_spec() const {
-  const int64_t d = config().d_model;
   const TensorSpec tokens{DType::i32, {-1, -1}};
-  const TensorSpec hidden{DType::f32, {-1, -1, d}};
-  StageIoSpec spec{layout().has_embedding() ? tokens : hidden, std::nullopt, hidden};
+  const TensorSpec hidden_in{DType::f32, {-1, -1, state_->input_width()}};
+  const TensorSpec hidden_out{DType::f32, {-1, -1, state_->output_width()}};
+  StageIoSpec spec{layout().has_embedding() ? tokens : hidden_in, std::nullopt, hidden_out};
   if (layout().has_head()) {
     spec.targets = tokens;
     spec.output = TensorSpec{DType::f32, {1}};
@@ -465,7 +527,7 @@ Result<Tensor> GptStage<B>::forward(const TensorView& in, const TensorView* targ
   const GptConfig& cfg = s.config;
   SWARM_RETURN_IF_ERROR(s.layout.has_embedding()
                             ? validate_tokens(in, cfg, "input tokens")
-                            : validate_hidden(in, cfg, "input hidden states"));
+                            : validate_hidden(in, cfg, s.input_width(), "input hidden states"));
   const int batch = static_cast<int>(in.shape()[0]), seq = static_cast<int>(in.shape()[1]);
   if (targets != nullptr) {
     if (!s.layout.has_head()) return invalid_argument("only the last stage takes targets");
@@ -480,18 +542,18 @@ Result<Tensor> GptStage<B>::forward(const TensorView& in, const TensorView* targ
   SWARM_RETURN_IF_ERROR(s.refresh_compute_values());
   s.forward_done = false;
   s.fingerprint = input_fingerprint(in, targets);
-  const int N = batch * seq, C = cfg.d_model, V = cfg.vocab_size;
+  const int N = batch * seq, V = cfg.vocab_size;
 
   if (s.layout.has_embedding()) {
     SWARM_RETURN_IF_ERROR(s.tokens.copy_from(*in.reshaped(Shape{N})));
   } else {
-    SWARM_RETURN_IF_ERROR(s.upload_floats(*in.reshaped(Shape{N, C}), s.input));
+    SWARM_RETURN_IF_ERROR(s.upload_floats(*in.reshaped(Shape{N, s.input_width()}), s.input));
   }
   s.have_targets = targets != nullptr;
   if (s.have_targets) SWARM_RETURN_IF_ERROR(s.targets.copy_from(*targets->reshaped(Shape{N})));
   s.compute_forward();
   if (!s.layout.has_head()) {
-    auto out = s.download_floats(s.stage_output(), Shape{batch, seq, C});
+    auto out = s.download_floats(s.stage_output(), Shape{batch, seq, s.output_width()});
     if (out.is_ok()) s.forward_done = true;
     return out;
   }
@@ -515,7 +577,7 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
   State& s = *state_;
   using X = typename State::X;
   if (!s.forward_done) return failed_precondition("backward_after_forward without a forward");
-  const int N = s.batch * s.seq, C = s.config.d_model;
+  const int N = s.batch * s.seq;
   if (s.layout.has_head()) {
     if (!s.have_targets) return failed_precondition("the last stage's backward needs targets");
     if (grad_output.dtype() != DType::f32 || grad_output.numel() != 1) {
@@ -525,19 +587,20 @@ Result<Tensor> GptStage<B>::backward_after_forward(const TensorView& grad_output
     SWARM_ASSIGN_OR_RETURN(Tensor dloss, Tensor::copy_of(grad_output, Device::cpu));
     s.dloss = dloss.template data<float>()[0];
   } else {
-    SWARM_RETURN_IF_ERROR(validate_hidden(grad_output, s.config, "output gradient"));
+    const int width = s.output_width();
+    SWARM_RETURN_IF_ERROR(validate_hidden(grad_output, s.config, width, "output gradient"));
     if (grad_output.shape()[0] != s.batch || grad_output.shape()[1] != s.seq) {
       return invalid_argument("output gradient {} does not match the forward's [{}, {}, {}]",
-                              grad_output.shape().to_string(), s.batch, s.seq, C);
+                              grad_output.shape().to_string(), s.batch, s.seq, width);
     }
-    SWARM_RETURN_IF_ERROR(s.upload_floats(*grad_output.reshaped(Shape{N, C}), s.grad_a));
+    SWARM_RETURN_IF_ERROR(s.upload_floats(*grad_output.reshaped(Shape{N, width}), s.output_grad_buffer()));
   }
   const X* input_grad = s.compute_backward();
   if (s.layout.has_embedding()) {
     SWARM_RETURN_IF_ERROR(B::synchronize(s.stream));
     return Tensor();
   }
-  return s.download_floats(input_grad, Shape{s.batch, s.seq, C});
+  return s.download_floats(input_grad, Shape{s.batch, s.seq, s.input_width()});
 }
 
 template <Backend B>

@@ -49,11 +49,9 @@ uint64_t input_fingerprint(const TensorView& input, const TensorView* targets) {
   return hash == 0 ? 1 : hash;
 }
 
-Status validate_hidden(const TensorView& hidden, const GptConfig& config, std::string_view what) {
-  if (hidden.dtype() != DType::f32 || hidden.shape().rank() != 3 ||
-      hidden.shape()[2] != config.d_model) {
-    return invalid_argument("{} must be f32 [batch, seq, {}], got {}", what, config.d_model,
-                            hidden.describe());
+Status validate_hidden(const TensorView& hidden, const GptConfig& config, int64_t width, std::string_view what) {
+  if (hidden.dtype() != DType::f32 || hidden.shape().rank() != 3 || hidden.shape()[2] != width) {
+    return invalid_argument("{} must be f32 [batch, seq, {}], got {}", what, width, hidden.describe());
   }
   return validate_batch_and_length(hidden, config, what);
 }

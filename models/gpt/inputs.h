@@ -21,7 +21,8 @@ Status validate_tokens(const TensorView& tokens, const GptConfig& config, std::s
 // tensors, which are not fingerprinted.
 uint64_t input_fingerprint(const TensorView& input, const TensorView* targets);
 
-// f32 [B, T, d_model] with the same B and T bounds.
-Status validate_hidden(const TensorView& hidden, const GptConfig& config, std::string_view what);
+// f32 [B, T, width] with the same B and T bounds; width is d_model, or d_model / k
+// across a compressing stage cut.
+Status validate_hidden(const TensorView& hidden, const GptConfig& config, int64_t width, std::string_view what);
 
 }  // namespace swarm::gpt

@@ -60,10 +60,11 @@ concept Backend =
       { B::synchronize(stream) } -> std::same_as<Status>;
     };
 
-// Refinements: optional fused ops. A backend opts in with the tag as well as the
+// Refinements: optional ops and fused ops. A backend opts in with the tag as well as the
 // functions, so a model never picks up a same-named function by accident.
 struct fused_residual_layernorm_t {};
 struct fused_matmul_gelu_t {};
+struct maxout_t {};
 
 // residual = a + b, then out = layernorm(residual), in one pass.
 template <typename B>
@@ -81,6 +82,18 @@ concept FusedMatmulGeluBackend =
     requires(typename B::value_type* x, const typename B::value_type* cx, float* f, typename B::stream_type s) {
       B::matmul_gelu_forward(x, x, cx, cx, cx, 1, 1, 1, s);
       B::matmul_backward_dgelu(x, f, f, cx, cx, cx, cx, 1, 1, 1, s);
+    };
+
+// Maxout over k contiguous slices of each row of C values, for the boundary
+// layers of models/gpt: out[n, j] = max_g inp[n, g * C/k + j], [N, C/k]. The
+// backward ADDS dout[n, j] into dinp at the first index of the maximum (ties go
+// to the lowest g; a NaN counts as the maximum), recomputed from inp.
+template <typename B>
+concept MaxoutBackend =
+    Backend<B> && std::same_as<typename B::maxout_concept, maxout_t> &&
+    requires(typename B::value_type* x, const typename B::value_type* cx, typename B::stream_type s) {
+      B::maxout_forward(x, cx, 1, 1, 1, s);
+      B::maxout_backward(x, cx, cx, 1, 1, 1, s);
     };
 
 }  // namespace swarm

@@ -1,5 +1,6 @@
 // Which types model the Backend concept and its refinements
-// (FusedResidualLayernormBackend, FusedMatmulGeluBackend), and which do not.
+// (FusedResidualLayernormBackend, FusedMatmulGeluBackend, MaxoutBackend), and
+// which do not.
 #include <doctest/doctest.h>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -105,6 +106,39 @@ static_assert(!FusedResidualLayernormBackend<SwappedTags>);
 static_assert(!FusedMatmulGeluBackend<SwappedTags>);
 static_assert(!FusedResidualLayernormBackend<FusedButNotABackend>);
 static_assert(!FusedMatmulGeluBackend<FusedButNotABackend>);
+
+// Maxout: the CPU backend opts in (so do types derived from it). A wrong tag,
+// hidden ops, or tag and ops on a type that is not a backend do not model it.
+struct MaxoutWithWrongTag : CpuBackend {
+  using maxout_concept = void;
+};
+struct MaxoutTaggedAsFused : CpuBackend {
+  using maxout_concept = fused_matmul_gelu_t;
+};
+struct TaggedMaxoutWithoutOps : CpuBackend {  // the tag is inherited; the ops are hidden
+  static void maxout_forward() {}
+  static void maxout_backward() {}
+};
+struct MaxoutWithoutBackward : CpuBackend {
+  static void maxout_backward() {}
+};
+struct MaxoutButNotABackend {
+  using maxout_concept = maxout_t;
+  using value_type = float;
+  using stream_type = CpuStream;
+  static void maxout_forward(float* out, const float* inp, int N, int C, int k, CpuStream) {}
+  static void maxout_backward(float* dinp, const float* dout, const float* inp, int N, int C, int k, CpuStream) {}
+};
+
+static_assert(MaxoutBackend<CpuBackend>);
+static_assert(MaxoutBackend<FusedBackend>);
+static_assert(Backend<MaxoutWithWrongTag> && !MaxoutBackend<MaxoutWithWrongTag>);
+static_assert(!MaxoutBackend<MaxoutTaggedAsFused>);
+static_assert(Backend<TaggedMaxoutWithoutOps> && !MaxoutBackend<TaggedMaxoutWithoutOps>);
+static_assert(Backend<MaxoutWithoutBackward> && !MaxoutBackend<MaxoutWithoutBackward>);
+static_assert(!MaxoutBackend<MaxoutButNotABackend>);
+static_assert(!MaxoutBackend<LooksLikeABackend>);
+static_assert(!MaxoutBackend<int>);
 
 // Model code picks the fused path by the refinement, never by probing for a member.
 template <Backend B>

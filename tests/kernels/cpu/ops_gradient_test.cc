@@ -1,6 +1,7 @@
 // Every CPU op's backward against central finite differences of its forward.
 // Tolerances are relative to the largest gradient entry; fp32 forward passes
 // with h = 1e-2 leave about 1e-3 of noise, so 1e-2 is the bound for all ops.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -169,6 +170,56 @@ TEST_CASE("residual and accumulate add element-wise") {
   CHECK(out == std::vector<float>{11, 22, 33});
   accumulate(out.data(), a.data(), 3);
   CHECK(out == std::vector<float>{12, 24, 36});
+}
+
+TEST_CASE("maxout backward matches finite differences on inputs without near-ties") {
+  for (int k : {2, 4}) {
+    CAPTURE(k);
+    const int N = 5, C = 12, W = C / k;
+    // Distinct multiples of 0.1 in random order: every candidate is at least
+    // 10 steps from every other, so no step of the difference moves an argmax.
+    std::vector<float> x(N * C);
+    for (int i = 0; i < N * C; ++i) x[i] = 0.1f * static_cast<float>((i * 37) % (N * C)) - 3.0f;
+    auto r = random_vector(N * W, 70);
+    std::vector<float> out(N * W);
+    auto objective = [&] {
+      maxout_forward(out.data(), x.data(), N, C, k);
+      return weighted_sum(out, r);
+    };
+    std::vector<float> dx(N * C, 0.0f);
+    maxout_backward(dx.data(), r.data(), x.data(), N, C, k);
+    check_gradient("maxout dinp", x, dx, objective, kStep, kTolerance);
+    // The forward is the max over the k contiguous slices.
+    maxout_forward(out.data(), x.data(), N, C, k);
+    for (int n = 0; n < N; ++n) {
+      for (int j = 0; j < W; ++j) {
+        float best = x[n * C + j];
+        for (int g = 1; g < k; ++g) best = std::max(best, x[n * C + g * W + j]);
+        CHECK(out[n * W + j] == best);
+      }
+    }
+  }
+}
+
+TEST_CASE("maxout routes the gradient to the first maximum, a NaN counting as the maximum, and adds") {
+  // k = 2 over C = 4: out[0] = max(x0, x2), out[1] = max(x1, x3).
+  std::vector<float> x{1, 3, 3, 2}, out(2), dout{10, 20}, dx{1, 1, 1, 1};
+  maxout_forward(out.data(), x.data(), 1, 4, 2);
+  CHECK(out == std::vector<float>{3, 3});
+  maxout_backward(dx.data(), dout.data(), x.data(), 1, 4, 2);
+  CHECK(dx == std::vector<float>{1, 21, 11, 1});
+  // Ties go to the lowest slice.
+  std::vector<float> tied{2, 7, 7, 7}, one(1), d(4, 0.0f), g{5};
+  maxout_forward(one.data(), tied.data(), 1, 4, 4);
+  CHECK(one[0] == 7.0f);
+  maxout_backward(d.data(), g.data(), tied.data(), 1, 4, 4);
+  CHECK(d == std::vector<float>{0, 5, 0, 0});
+  // A NaN wins, so it reaches the wire's checks instead of vanishing.
+  std::vector<float> with_nan{1, NAN, 9, NAN}, d_nan(4, 0.0f);
+  maxout_forward(one.data(), with_nan.data(), 1, 4, 4);
+  CHECK(std::isnan(one[0]));
+  maxout_backward(d_nan.data(), g.data(), with_nan.data(), 1, 4, 4);
+  CHECK(d_nan == std::vector<float>{0, 5, 0, 0});
 }
 
 TEST_CASE("backward kernels give bit-identical results at 1 and 2 threads") {
