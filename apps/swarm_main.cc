@@ -6,6 +6,7 @@
 //   swarm train      train a GPT in one process (the reference for swarm runs)
 //   swarm generate   sample text from a checkpoint
 //   swarm sim        a deterministic simulated swarm running the production policies
+//   swarm bench      experiments measured against a model of the system (square-cube)
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,10 +17,12 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include "apps/bench/bench_command.h"
 #include "apps/local_swarm.h"
 #include "apps/sim/sim_command.h"
 #include "apps/local_training.h"
 #include "apps/swarm_roles.h"
+#include "swarm/api/codec.h"
 
 namespace {
 
@@ -102,6 +105,15 @@ void add_model_options(CLI::App* command, swarm::gpt::GptConfig* model) {
   command->add_option("--seq-len", model->max_seq_len, "Sequence length")->capture_default_str();
   command->add_option("--layer-repeat", model->layer_repeat, "Apply each block R times (layer sharing)")
       ->capture_default_str();
+  command->add_option_function<std::string>(
+      "--boundary",
+      [model](const std::string& text) {
+        auto layers = swarm::gpt::parse_boundary_layers(text);
+        if (!layers.is_ok()) throw CLI::ValidationError("--boundary", layers.status().message());
+        model->boundaries = std::move(*layers);
+      },
+      "Boundary layers between stages: none, bottleneck:K or maxout:K (K 2 or 4), one for all boundaries or one "
+      "per boundary, comma-separated");
 }
 
 void add_secret_option(CLI::App* command, std::string* secret) {
@@ -121,7 +133,7 @@ void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
       ->capture_default_str();
   command->add_option("--stages", o->stages, "Pipeline stages")->capture_default_str();
   command->add_option("--codec", o->codec, "Codec of activations, gradients and all-reduce parts")
-      ->check(CLI::IsMember({"8bit", "fp16", "bf16", "none"}))
+      ->check(CLI::IsMember(swarm::all_codec_names()))
       ->capture_default_str();
   command->add_option("--trainers", o->trainers, "Trainers (threads of this process)")->capture_default_str();
   command->add_option("--steps", o->steps, "Steps; a step is --microbatches-per-step microbatches per trainer")
@@ -264,7 +276,7 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--max-batch", peer.max_batch, "Run up to this many concurrent forwards as one batch")
       ->capture_default_str();
   peer_cmd->add_option("--codec", peer.codec, "Codec of activations, gradients and all-reduce parts")
-      ->check(CLI::IsMember({"8bit", "fp16", "bf16", "none"}))
+      ->check(CLI::IsMember(swarm::all_codec_names()))
       ->capture_default_str();
   peer_cmd->add_option("--slowdown", peer.slowdown, "Emulate a slower machine (2 = twice as slow)")
       ->capture_default_str();
@@ -297,9 +309,12 @@ int main(int argc, char** argv) {
 
   int sim_exit_code = 0;
   swarm::apps::add_sim_command(app, &sim_exit_code);
+  int bench_exit_code = 0;
+  swarm::apps::add_bench_command(app, &bench_exit_code);
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("sim")) return sim_exit_code;
+  if (app.got_subcommand("bench")) return bench_exit_code;
   if (*local_cmd) return run_swarm(local, "local");
   if (*trainer_cmd) return run_swarm(trainer_options, "trainer");
   if (*bootstrap_cmd) return swarm::apps::run_bootstrap(bootstrap_host, bootstrap_port, bootstrap_secret);

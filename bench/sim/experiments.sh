@@ -15,20 +15,7 @@ sim="${SWARM_SIM:-$root/bazel-bin/apps/sim/swarm_sim}"
 if [[ -z "${SWARM_SIM:-}" ]]; then
   (cd "$root" && ./bazelw build //apps/sim:swarm_sim >/dev/null 2>&1) || { echo "building //apps/sim:swarm_sim failed" >&2; exit 1; }
 fi
-# The first python3 with matplotlib; the Debian package installs it for /usr/bin/python3,
-# which a python3 earlier on PATH (pyenv, a venv) does not see.
-python=""
-for candidate in python3 /usr/bin/python3; do
-  if "$candidate" -c "import matplotlib" 2>/dev/null; then python="$candidate"; break; fi
-done
-if [[ -z "$python" ]]; then
-  if [[ $(id -u) -ne 0 ]]; then
-    echo "python3-matplotlib is missing: sudo apt-get install -y python3-matplotlib" >&2
-    exit 1
-  fi
-  apt-get install -y python3-matplotlib >/dev/null || { echo "installing python3-matplotlib failed" >&2; exit 1; }
-  python=/usr/bin/python3
-fi
+source "$root/bench/matplotlib_python.sh"
 
 mkdir -p "$out/runs"
 base=(--peers 1000 --stages 4 --trainers 10 --hours 1 --seed 1)
