@@ -68,6 +68,19 @@ Status refuse_value(std::string_view codec, std::span<const float> values, std::
   return internal("{} encode: no bad element found", codec);
 }
 
+// The absmax of one block, written as the block's scale, or the refusal of its
+// first NaN or infinity. Taken as the maximum of the magnitude bits: for
+// non-negative floats the integer order is the float order, and any NaN/inf
+// lands above every finite value.
+Result<float> block_absmax(std::string_view codec, std::span<const float> values, std::size_t begin,
+                           std::size_t count) {
+  const float* __restrict in = values.data() + begin;
+  uint32_t max_bits = 0;
+  for (std::size_t i = 0; i < count; ++i) max_bits = std::max(max_bits, bits_of(in[i]) & kAbsMask);
+  if (max_bits >= kF32InfBits) return refuse_value(codec, values.subspan(begin, count), begin, kF32InfBits - 1);
+  return std::bit_cast<float>(max_bits);
+}
+
 Result<uint64_t> bytes_per_value(std::string_view codec, uint64_t n, uint64_t size) {
   uint64_t bytes = 0;
   if (__builtin_mul_overflow(n, size, &bytes)) {
@@ -379,14 +392,9 @@ Status Blockwise8Codec::encode(std::span<const float> values, std::span<std::byt
     const std::size_t begin = b * block;
     const std::size_t count = std::min(block, n - begin);
     const float* __restrict in = values.data() + begin;
-    // The absmax as the maximum of the magnitude bits: for non-negative floats the
-    // integer order is the float order, and any NaN/inf lands above every finite.
-    uint32_t max_bits = 0;
-    for (std::size_t i = 0; i < count; ++i) max_bits = std::max(max_bits, bits_of(in[i]) & kAbsMask);
-    if (max_bits >= kF32InfBits) return refuse_value("8bit", values.subspan(begin, count), begin, kF32InfBits - 1);
-    const float absmax = std::bit_cast<float>(max_bits);
+    SWARM_ASSIGN_OR_RETURN(const float absmax, block_absmax("8bit", values, begin, count));
     std::memcpy(out.data() + 4 * b, &absmax, 4);
-    if (max_bits == 0) {
+    if (absmax == 0.0f) {
       std::memset(codes + begin, kZeroCode8, count);  // quantize_value8's all-zero block
     } else {
       quantize_block(in, codes + begin, count, absmax, table.entry);
@@ -448,15 +456,10 @@ Status Blockwise4Codec::encode(std::span<const float> values, std::span<std::byt
     const std::size_t begin = b * block;
     const std::size_t count = std::min(block, n - begin);
     const float* __restrict in = values.data() + begin;
-    // The absmax as the maximum of the magnitude bits, as for 8 bits: any NaN/inf
-    // lands above every finite value.
-    uint32_t max_bits = 0;
-    for (std::size_t i = 0; i < count; ++i) max_bits = std::max(max_bits, bits_of(in[i]) & kAbsMask);
-    if (max_bits >= kF32InfBits) return refuse_value("4bit", values.subspan(begin, count), begin, kF32InfBits - 1);
-    const float absmax = std::bit_cast<float>(max_bits);
+    SWARM_ASSIGN_OR_RETURN(const float absmax, block_absmax("4bit", values, begin, count));
     std::memcpy(out.data() + 4 * b, &absmax, 4);
     uint8_t* packed = codes + begin / 2;  // begin is a multiple of 64: whole bytes
-    if (max_bits == 0) {
+    if (absmax == 0.0f) {
       // All zeros (and -0): the zero code, which 0/0 would not give.
       const std::size_t bytes = count / 2 + count % 2;
       std::memset(packed, kZeroCode4 | (kZeroCode4 << 4), bytes);

@@ -17,6 +17,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/ops.h"
 #include "models/gpt/gpt_model.h"
+#include "tests/models/gpt/tiny_gpt.h"
 // For GptStage<CpuWithoutMaxout>, a backend this test instantiates itself.
 #include "models/gpt/gpt_stage_impl.h"
 
@@ -26,27 +27,13 @@ namespace {
 using Stage = GptStage<CpuBackend>;
 using Model = GptModel<CpuBackend>;
 
+using testing::Batch;
+using testing::random_batch;
+
 GptConfig tiny_config(const std::string& boundaries) {
-  GptConfig config;
-  config.vocab_size = 11;
-  config.max_seq_len = 6;
-  config.d_model = 8;
-  config.n_heads = 2;
-  config.n_layers = 3;
+  GptConfig config = testing::tiny_config();
   if (!boundaries.empty()) config.boundaries = *parse_boundary_layers(boundaries);
   return config;
-}
-
-struct Batch {
-  Tensor inputs, targets;
-};
-
-Batch random_batch(const GptConfig& config, int B, int T, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Batch batch{*Tensor::empty(Shape{B, T}, DType::i32), *Tensor::empty(Shape{B, T}, DType::i32)};
-  for (auto& id : batch.inputs.span<int32_t>()) id = static_cast<int32_t>(rng() % config.vocab_size);
-  for (auto& id : batch.targets.span<int32_t>()) id = static_cast<int32_t>(rng() % config.vocab_size);
-  return batch;
 }
 
 Tensor one_tensor() {

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_model.h"
+#include "tests/models/gpt/tiny_gpt.h"
 
 namespace swarm::gpt {
 namespace {
@@ -17,28 +18,9 @@ using Model = GptModel<CpuBackend>;
 
 static_assert(Stage<GptStage<CpuBackend>>);
 
-GptConfig tiny_config(int layer_repeat = 1) {
-  GptConfig config;
-  config.vocab_size = 11;
-  config.max_seq_len = 6;
-  config.d_model = 8;
-  config.n_heads = 2;
-  config.n_layers = 3;
-  config.layer_repeat = layer_repeat;
-  return config;
-}
-
-struct Batch {
-  Tensor inputs, targets;
-};
-
-Batch random_batch(const GptConfig& config, int B, int T, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Batch batch{*Tensor::empty(Shape{B, T}, DType::i32), *Tensor::empty(Shape{B, T}, DType::i32)};
-  for (auto& id : batch.inputs.span<int32_t>()) id = static_cast<int32_t>(rng() % config.vocab_size);
-  for (auto& id : batch.targets.span<int32_t>()) id = static_cast<int32_t>(rng() % config.vocab_size);
-  return batch;
-}
+using testing::Batch;
+using testing::random_batch;
+using testing::tiny_config;
 
 std::map<std::string, std::vector<float>> gradients_of(Model& model) {
   std::map<std::string, std::vector<float>> grads;
