@@ -118,6 +118,7 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
           "--step-every",  std::to_string(o.step_every_samples),
           "--max-batch",   std::to_string(o.max_batch),
           "--codec",       o.codec,
+          "--gradient-codec", gradient_codec_name(o.codec, o.gradient_codec),
           "--threads",     "1"};
   if (!o.model.boundaries.empty()) {
     args.push_back("--boundary");
@@ -571,6 +572,8 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     o->global_batch = config.value("global_batch", int64_t{-1});
     o->checkpoint_every = config.value("checkpoint_every", o->checkpoint_every);
     o->codec = config.value("codec", o->codec);
+    // A run from before gradients had their own codec sent them in its codec.
+    o->gradient_codec = config.value("gradient_codec", o->codec);
     o->rebalance_period_seconds = config.value("rebalance_period_seconds", o->rebalance_period_seconds);
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("{}/config.json: {}", dir.string(), e.what());
@@ -604,6 +607,7 @@ Status check_options(const LocalSwarmOptions& o) {
   if (!(o.rebalance_period_seconds >= 0) || !std::isfinite(o.rebalance_period_seconds)) {
     return invalid_argument("--rebalance-period {} must be a number of seconds >= 0", o.rebalance_period_seconds);
   }
+  SWARM_RETURN_IF_ERROR(parse_wire_codecs(o.codec, o.gradient_codec).status());
   SWARM_RETURN_IF_ERROR(o.model.validate());
   return gpt::partition_layers(o.model, o.stages).status();
 }
@@ -669,6 +673,7 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"emulated_seconds_per_sample", o.emulated_seconds_per_sample},
       {"transport", "zmq"},
       {"codec", o.codec},
+      {"gradient_codec", gradient_codec_name(o.codec, o.gradient_codec)},
       {"registry", "opendht"},
       {"router", "stochastic_wiring"},
   };
@@ -768,9 +773,9 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   config.forward_timeout_seconds = o.forward_timeout_seconds;
   config.backward_timeout_seconds = o.backward_timeout_seconds;
   config.refresh_period_seconds = 2.0;
-  const std::optional<CodecId> codec = codec_from_name(o.codec);
-  if (!codec) return invalid_argument("--codec {}: expected {}", o.codec, all_codec_names_text());
-  config.codec = *codec;
+  SWARM_ASSIGN_OR_RETURN(const WireCodecs codecs, parse_wire_codecs(o.codec, o.gradient_codec));
+  config.codec = codecs.activations;
+  config.gradient_codec = codecs.gradients;
   std::vector<std::unique_ptr<SwarmTrainer>> trainers;
   for (int t = 0; t < o.trainers; ++t) {
     config.trainer_id = fmt::format("trainer{}", t);
@@ -842,6 +847,8 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
   report.wire_values = wire.values;
   std::tie(report.allreduce_bytes, report.allreduce_values) = recorder.replicas().allreduce_volume();
   report.replica_mismatches = static_cast<int64_t>(recorder.replicas().mismatched());
+  report.codec = o.codec;
+  report.gradient_codec = gradient_codec_name(o.codec, o.gradient_codec);
   return report;
 }
 

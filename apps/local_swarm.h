@@ -50,7 +50,8 @@ struct LocalSwarmOptions {
   // gives the model and swarm; --steps says where to stop).
   std::string resume;
   int max_batch = 1;              // peers batch up to this many concurrent forwards
-  std::string codec = "8bit";     // activations, gradients and all-reduce parts: 8bit|fp16|bf16|none
+  std::string codec = "8bit";     // activations and all-reduce parts: 8bit|4bit|fp16|bf16|none
+  std::string gradient_codec;     // the backward's gradients; empty: codec
   int eval_windows = 32;
   double forward_timeout_seconds = 10;
   double backward_timeout_seconds = 20;
@@ -94,6 +95,9 @@ struct LocalSwarmReport {
   int64_t wire_values = 0;
   int64_t allreduce_bytes = 0;
   int64_t allreduce_values = 0;
+  // The codecs the run used (a resumed run: those of its config.json), gradients resolved.
+  std::string codec;
+  std::string gradient_codec;
 };
 
 using LineSink = std::function<void(std::string_view line, bool transient)>;

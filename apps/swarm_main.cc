@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
@@ -60,6 +61,12 @@ int run_generate(const std::string& checkpoint, const std::string& prompt, int l
   return 0;
 }
 
+// "8bit", or "4bit activations, 8bit gradients" when the backward's gradients travel in another codec.
+std::string wire_codecs_label(const swarm::apps::LocalSwarmReport& report) {
+  if (report.gradient_codec == report.codec) return report.codec;
+  return fmt::format("{} activations, {} gradients", report.codec, report.gradient_codec);
+}
+
 int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
   swarm::apps::install_stop_signals();
   const bool terminal = ::isatty(STDOUT_FILENO);
@@ -93,7 +100,7 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
              report->retries, report->bad_records, options.run_dir);
   auto per_value = [](int64_t bytes, int64_t values) { return values > 0 ? double(bytes) / double(values) : 0.0; };
   fmt::print("wire ({}): pipeline {:.4f} bytes/value ({} values) | all-reduce {:.4f} bytes/value ({} values)\n",
-             options.codec, per_value(report->wire_bytes, report->wire_values), report->wire_values,
+             wire_codecs_label(*report), per_value(report->wire_bytes, report->wire_values), report->wire_values,
              per_value(report->allreduce_bytes, report->allreduce_values), report->allreduce_values);
   return 0;
 }
@@ -122,6 +129,18 @@ void add_secret_option(CLI::App* command, std::string* secret) {
                       "empty: plaintext)");
 }
 
+// The empty default sends gradients in the --codec.
+void add_codec_options(CLI::App* command, std::string* codec, std::string* gradient_codec) {
+  command->add_option("--codec", *codec, "Codec of activations and all-reduce parts (and of gradients by default)")
+      ->check(CLI::IsMember(swarm::all_codec_names()))
+      ->capture_default_str();
+  std::vector<std::string> gradient_choices = swarm::all_codec_names();
+  gradient_choices.emplace_back();
+  command->add_option("--gradient-codec", *gradient_codec,
+                      "Codec of the backward's output and input gradients (default: the --codec)")
+      ->check(CLI::IsMember(gradient_choices));
+}
+
 void add_host_option(CLI::App* command, std::string* host) {
   command->add_option("--host", *host, "IPv4 address this role binds and announces")
       ->check(CLI::ValidIPV4)
@@ -132,9 +151,7 @@ void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
   command->add_option("--run-dir", o->run_dir, "Where config.json, metrics.jsonl and peer logs go")
       ->capture_default_str();
   command->add_option("--stages", o->stages, "Pipeline stages")->capture_default_str();
-  command->add_option("--codec", o->codec, "Codec of activations, gradients and all-reduce parts")
-      ->check(CLI::IsMember(swarm::all_codec_names()))
-      ->capture_default_str();
+  add_codec_options(command, &o->codec, &o->gradient_codec);
   command->add_option("--trainers", o->trainers, "Trainers (threads of this process)")->capture_default_str();
   command->add_option("--steps", o->steps, "Steps; a step is --microbatches-per-step microbatches per trainer")
       ->capture_default_str();
@@ -275,9 +292,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   peer_cmd->add_option("--max-batch", peer.max_batch, "Run up to this many concurrent forwards as one batch")
       ->capture_default_str();
-  peer_cmd->add_option("--codec", peer.codec, "Codec of activations, gradients and all-reduce parts")
-      ->check(CLI::IsMember(swarm::all_codec_names()))
-      ->capture_default_str();
+  add_codec_options(peer_cmd, &peer.codec, &peer.gradient_codec);
   peer_cmd->add_option("--slowdown", peer.slowdown, "Emulate a slower machine (2 = twice as slow)")
       ->capture_default_str();
   peer_cmd->add_option("--emulated-cost", peer.emulated_seconds_per_sample,

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <chrono>
+#include <optional>
 #include <thread>
 
 #include <fmt/core.h>
@@ -36,6 +37,22 @@ void install_stop_signals() {
 }
 
 bool stop_requested() { return g_stop.load(); }
+
+std::string gradient_codec_name(const std::string& codec, const std::string& gradient_codec) {
+  return gradient_codec.empty() ? codec : gradient_codec;
+}
+
+Result<WireCodecs> parse_wire_codecs(const std::string& codec, const std::string& gradient_codec) {
+  const auto parse = [](const char* flag, const std::string& name) -> Result<CodecId> {
+    const std::optional<CodecId> id = codec_from_name(name);
+    if (!id) return invalid_argument("{} {}: expected {}", flag, name, all_codec_names_text());
+    return *id;
+  };
+  WireCodecs codecs;
+  SWARM_ASSIGN_OR_RETURN(codecs.activations, parse("--codec", codec));
+  SWARM_ASSIGN_OR_RETURN(codecs.gradients, parse("--gradient-codec", gradient_codec_name(codec, gradient_codec)));
+  return codecs;
+}
 
 bool wait_for_stop(double seconds) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -132,12 +149,13 @@ int run_peer(const PeerRoleOptions& options) {
   config.warmup_steps = options.warmup_steps;
   config.step_every_samples = options.step_every_samples;
   config.max_batch = options.max_batch;
-  const std::optional<CodecId> codec = codec_from_name(options.codec);
-  if (!codec) {
-    fmt::print(stderr, "swarm peer: --codec {}: expected {}\n", options.codec, all_codec_names_text());
+  const Result<WireCodecs> codecs = parse_wire_codecs(options.codec, options.gradient_codec);
+  if (!codecs.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", codecs.status().message());
     return 1;
   }
-  config.codec = *codec;
+  config.codec = codecs->activations;
+  config.gradient_codec = codecs->gradients;
   config.slowdown = options.slowdown;
   config.emulated_seconds_per_sample = options.emulated_seconds_per_sample;
   config.announce_period_seconds = options.announce_period_seconds;

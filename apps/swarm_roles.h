@@ -9,6 +9,8 @@
 #include <string>
 
 #include "models/gpt/config.h"
+#include "swarm/api/codec.h"
+#include "swarm/core/status.h"
 
 namespace swarm::apps {
 
@@ -17,6 +19,18 @@ void install_stop_signals();
 bool stop_requested();
 // Waits until a stop signal arrives or `seconds` pass; true if a signal arrived.
 bool wait_for_stop(double seconds);
+
+// The codecs a role's --codec and --gradient-codec name: activations (and
+// all-reduce parts), and the backward's gradients, which an empty
+// --gradient-codec sends in the --codec.
+struct WireCodecs {
+  CodecId activations = CodecId::blockwise8;
+  CodecId gradients = CodecId::blockwise8;
+};
+// The name of the gradients' codec: gradient_codec, or codec when that is empty.
+std::string gradient_codec_name(const std::string& codec, const std::string& gradient_codec);
+// invalid_argument names the flag and the choices.
+Result<WireCodecs> parse_wire_codecs(const std::string& codec, const std::string& gradient_codec);
 
 // A DHT node on HOST:PORT (PORT 0: any free port); with a secret it stores and
 // serves only records sealed by members.
@@ -37,7 +51,8 @@ struct PeerRoleOptions {
   int warmup_steps = 20;
   int step_every_samples = 16;
   int max_batch = 1;
-  std::string codec = "8bit";  // activations, gradients and all-reduce parts
+  std::string codec = "8bit";  // activations and all-reduce parts
+  std::string gradient_codec;  // the backward's gradients; empty: codec
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
   double announce_period_seconds = 1.0;

@@ -1,7 +1,7 @@
 // peer: the stage server runtime, composed of parts with one job each:
 //   Replica       the stage, its optimizers, step, hashes and checkpoints;
 //   StageService  forward and backward requests, checked against the StageSpec,
-//                 batched (ForwardBatcher), in the stage's codec;
+//                 batched (ForwardBatcher), in the stage's codecs;
 //   StageSync     progress, all-reduce rounds, the global step and re-sync;
 //   PeriodicTask  the announcer that keeps the peer's registry record fresh;
 // and two servers: the compute server for trainers, and a control server for
@@ -70,8 +70,10 @@ struct PeerConfig {
   float learning_rate = 1e-3f;
   int64_t warmup_steps = 0;  // linear warm-up, in optimizer steps (local or global)
   int64_t step_every_samples = 16;
-  // Activations, gradients and all-reduce parts travel in this codec.
+  // Activations and all-reduce parts travel in this codec.
   CodecId codec = CodecId::blockwise8;
+  // The backward's output and input gradients; unset: codec (see protocol::StageSpec).
+  std::optional<CodecId> gradient_codec;
   // Forward requests that arrive together (from several trainers) are run as
   // one batch of up to this many requests. 1 turns batching off and serves
   // requests on the server's I/O thread, the lowest-latency path.
@@ -374,8 +376,12 @@ class Peer {
   }
 
   StageServiceOptions service_options() const {
-    return {config_.codec, config_.max_batch, config_.max_request_rows, config_.slowdown,
-            config_.emulated_seconds_per_sample};
+    return {.codec = config_.codec,
+            .gradient_codec = config_.gradient_codec,
+            .max_batch = config_.max_batch,
+            .max_request_rows = config_.max_request_rows,
+            .slowdown = config_.slowdown,
+            .emulated_seconds_per_sample = config_.emulated_seconds_per_sample};
   }
 
   // `parts` owns the service these hooks serve, so it outlives every call.

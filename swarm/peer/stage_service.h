@@ -1,8 +1,9 @@
 // stage_service: serves forward and backward requests for the peer's replica.
 //
 // Every request is checked against the stage's StageSpec before any compute
-// (protocol::check_request); float inputs are decoded from the stage's codec and
-// replies encoded in it. A request whose deadline has passed is dropped before it
+// (protocol::check_request); float inputs are decoded from the codec the check
+// accepted, and replies encoded in the codec protocol::codec_for gives their role
+// (activations in the codec, input gradients in the gradient codec). A request whose deadline has passed is dropped before it
 // is computed, and a backward is accumulated by the replica (once per microbatch,
 // only within its deadline); each refusal is an error reply and a ledger count.
 // The replica is reached through a shared pointer that set_replica swaps, so the
@@ -18,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "swarm/api/codec.h"
@@ -32,7 +34,8 @@
 namespace swarm {
 
 struct StageServiceOptions {
-  CodecId codec = CodecId::blockwise8;
+  CodecId codec = CodecId::blockwise8;  // activations
+  std::optional<CodecId> gradient_codec;  // the backward's gradients; unset: codec
   int max_batch = 1;
   // Sequences one request may carry: a larger one is refused before any compute,
   // so one caller cannot make the peer allocate activations for an absurd batch.
@@ -63,7 +66,8 @@ class StageService {
 
   void set_replica(std::shared_ptr<ReplicaT> replica) {
     std::lock_guard lock(mu_);
-    spec_ = protocol::StageSpec{replica->stage_index(), replica->io_spec(), options_.codec};
+    spec_ = protocol::StageSpec{replica->stage_index(), replica->io_spec(), options_.codec,
+                                options_.gradient_codec.value_or(options_.codec)};
     replica_ = std::move(replica);
   }
   std::shared_ptr<ReplicaT> replica() const {
@@ -107,7 +111,7 @@ class StageService {
     };
     if (Status timely = admit(*replica, *call); !timely.is_ok()) return refused(timely);
     if (Status ready = hooks_.can_serve(); !ready.is_ok()) return error(ready);
-    auto reply = serve(*replica, *call, started);
+    auto reply = serve(*replica, spec, *call, started);
     if (!reply.is_ok()) return refused(reply.status());
     if (call->is_backward()) hooks_.on_backward(call->batch);
     // A backward slept out its emulated time before its deadline check.
@@ -133,8 +137,8 @@ class StageService {
     return status;
   }
 
-  Result<protocol::StageReply> serve(ReplicaT& replica, const protocol::StageCall& call,
-                                     std::chrono::steady_clock::time_point started) {
+  Result<protocol::StageReply> serve(ReplicaT& replica, const protocol::StageSpec& spec,
+                                     const protocol::StageCall& call, std::chrono::steady_clock::time_point started) {
     Tensor input_storage;
     SWARM_ASSIGN_OR_RETURN(TensorView input, protocol::float_view<Codecs>(*call.input, &input_storage));
     const TensorView* targets = call.targets != nullptr ? &call.targets->view : nullptr;
@@ -145,7 +149,7 @@ class StageService {
         reply.loss = out.data<float>()[0];
         if (!std::isfinite(*reply.loss)) return invalid_argument("the loss overflowed: targets or input out of range");
       } else {
-        SWARM_ASSIGN_OR_RETURN(reply.tensor, protocol::encode_floats<Codecs>(out, options_.codec));
+        SWARM_ASSIGN_OR_RETURN(reply.tensor, encode(out, spec, protocol::TensorRole::output));
       }
       return reply;
     }
@@ -162,9 +166,14 @@ class StageService {
       SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output, ticket));
     }
     if (grad_input.defined()) {
-      SWARM_ASSIGN_OR_RETURN(reply.tensor, protocol::encode_floats<Codecs>(grad_input, options_.codec));
+      SWARM_ASSIGN_OR_RETURN(reply.tensor, encode(grad_input, spec, protocol::TensorRole::grad_input));
     }
     return reply;
+  }
+
+  static Result<wire::EncodedTensor> encode(const Tensor& tensor, const protocol::StageSpec& spec,
+                                            protocol::TensorRole role) {
+    return protocol::encode_floats<Codecs>(tensor, protocol::codec_for(spec, role));
   }
 
   Result<Tensor> compute_forward(ReplicaT& replica, const TensorView& input, const TensorView* targets) {

@@ -6,7 +6,10 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace swarm::protocol {
@@ -24,17 +27,63 @@ wire::TensorListSpec expected_tensors(const StageSpec& spec, wire::MessageKind k
   return list;
 }
 
-// Float tensors in the stage's codec, except the raw scalar d_loss; integers raw.
-Status check_codec(const wire::DecodedTensor& tensor, CodecId float_codec, const char* what, int stage) {
-  const CodecId want = tensor.dtype == DType::f32 ? float_codec : CodecId::none;
+const char* role_name(TensorRole role) {
+  switch (role) {
+    case TensorRole::input: return "input";
+    case TensorRole::output: return "output";
+    case TensorRole::grad_output: return "output gradient";
+    case TensorRole::grad_input: return "input gradient";
+    case TensorRole::targets: return "targets";
+  }
+  return "tensor";
+}
+
+TensorRole reply_role(wire::MessageKind kind) {
+  return kind == wire::MessageKind::backward ? TensorRole::grad_input : TensorRole::output;
+}
+
+// A code off the wire by name; the wire refused codes beyond the known ones, but a
+// message names what it was sent, not what it assumes.
+std::string codec_text(uint8_t code) {
+  const std::optional<CodecId> codec = codec_from_code(code);
+  return codec ? std::string(codec_name(*codec)) : fmt::format("code {}", static_cast<unsigned>(code));
+}
+
+// Float tensors in codec_for's codec; integers raw.
+Status check_codec(const wire::DecodedTensor& tensor, const StageSpec& spec, TensorRole role) {
+  const CodecId want = tensor.dtype == DType::f32 ? codec_for(spec, role) : CodecId::none;
   if (tensor.codec != want) {
-    return invalid_argument("stage {} takes its {} in codec {}, the request sent {}", stage, what, codec_name(want),
-                            codec_name(tensor.codec));
+    return invalid_argument("stage {} takes its {} in codec {}, the request sent {}", spec.stage, role_name(role),
+                            codec_name(want), codec_name(tensor.codec));
+  }
+  return Status::ok();
+}
+
+Status check_reply_codec(const wire::MessageHeader& header, const StageSpec& spec) {
+  const CodecId sends = reply_codec_for(spec, header.kind);
+  if (header.reply_codec != static_cast<uint8_t>(sends)) {
+    return invalid_argument("stage {} sends its {} in codec {}, the request asks for {}", spec.stage,
+                            role_name(reply_role(header.kind)), codec_name(sends), codec_text(header.reply_codec));
   }
   return Status::ok();
 }
 
 }  // namespace
+
+CodecId codec_for(const StageSpec& spec, TensorRole role) {
+  switch (role) {
+    case TensorRole::input:
+    case TensorRole::output: return spec.codec;
+    case TensorRole::grad_output:
+      if (spec.io.targets) return CodecId::none;  // the scalar d_loss
+      [[fallthrough]];
+    case TensorRole::grad_input: return spec.gradient_codec.value_or(spec.codec);
+    case TensorRole::targets: return CodecId::none;
+  }
+  return CodecId::none;
+}
+
+CodecId reply_codec_for(const StageSpec& spec, wire::MessageKind kind) { return codec_for(spec, reply_role(kind)); }
 
 PayloadVolume volume_of(const wire::EncodedTensor& tensor) {
   int64_t values = 1;
@@ -118,10 +167,7 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
     return invalid_argument("stage requests are forward or backward, not kind {}", static_cast<int>(header.kind));
   }
   SWARM_RETURN_IF_ERROR(wire::validate_against_spec(header, expected_tensors(spec, header.kind)));
-  if (header.reply_codec != static_cast<uint8_t>(spec.codec)) {
-    return invalid_argument("stage {} sends codec {}, the request asks for code {}", spec.stage,
-                            codec_name(spec.codec), static_cast<unsigned>(header.reply_codec));
-  }
+  SWARM_RETURN_IF_ERROR(check_reply_codec(header, spec));
   // Without an id a backward could not be told from its retry; without a deadline a
   // peer could not tell that its caller has given up.
   if (header.microbatch_id == 0) return invalid_argument("a stage request without a microbatch id");
@@ -132,12 +178,11 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   call.microbatch_id = header.microbatch_id;
   call.deadline_unix_ms = header.deadline_unix_ms;
   call.input = &message.tensors[0];
-  SWARM_RETURN_IF_ERROR(check_codec(*call.input, spec.codec, "input", spec.stage));
+  SWARM_RETURN_IF_ERROR(check_codec(*call.input, spec, TensorRole::input));
   size_t next = 1;
   if (call.is_backward()) {
     call.grad_output = &message.tensors[next++];
-    const CodecId grad_codec = spec.io.targets ? CodecId::none : spec.codec;  // d_loss is a raw scalar
-    SWARM_RETURN_IF_ERROR(check_codec(*call.grad_output, grad_codec, "output gradient", spec.stage));
+    SWARM_RETURN_IF_ERROR(check_codec(*call.grad_output, spec, TensorRole::grad_output));
     if (!spec.io.targets && !is_leading_match(call.grad_output->shape, call.input->shape)) {
       return invalid_argument("stage {}: output gradient {} does not match input {}", spec.stage,
                               call.grad_output->shape.to_string(), call.input->shape.to_string());
@@ -145,7 +190,7 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   }
   if (spec.io.targets) {
     call.targets = &message.tensors[next++];
-    SWARM_RETURN_IF_ERROR(check_codec(*call.targets, CodecId::none, "targets", spec.stage));  // labels stay exact
+    SWARM_RETURN_IF_ERROR(check_codec(*call.targets, spec, TensorRole::targets));
     if (!is_leading_match(call.targets->shape, call.input->shape)) {
       return invalid_argument("stage {}: targets {} do not match input {}", spec.stage,
                               call.targets->shape.to_string(), call.input->shape.to_string());
@@ -225,13 +270,21 @@ Result<TensorSpec> tensor_spec_from(const nlohmann::json& j) {
   return spec;
 }
 
+Result<CodecId> codec_from(const nlohmann::json& j, const char* what) {
+  const auto codec = codec_from_name(j.get<std::string>());
+  if (!codec) return invalid_argument("stage info: unknown {}", what);
+  return *codec;
+}
+
 }  // namespace
 
 std::string spec_to_json(const StageSpec& spec) {
+  // The gradient codec always written out, resolved: a reader need not know the default.
   nlohmann::json j{{"stage", spec.stage},
                    {"input", tensor_spec_json(spec.io.input)},
                    {"output", tensor_spec_json(spec.io.output)},
-                   {"codec", codec_name(spec.codec)}};
+                   {"codec", codec_name(spec.codec)},
+                   {"gradient_codec", codec_name(codec_for(spec, TensorRole::grad_input))}};
   if (spec.io.targets) j["targets"] = tensor_spec_json(*spec.io.targets);
   return j.dump();
 }
@@ -250,9 +303,11 @@ Result<StageSpec> spec_from_json(std::string_view text) {
     if (j.contains("targets")) {
       SWARM_ASSIGN_OR_RETURN(spec.io.targets, tensor_spec_from(j.at("targets")));
     }
-    const auto codec = codec_from_name(j.at("codec").get<std::string>());
-    if (!codec) return invalid_argument("stage info: unknown codec");
-    spec.codec = *codec;
+    SWARM_ASSIGN_OR_RETURN(spec.codec, codec_from(j.at("codec"), "codec"));
+    // Absent from an older peer's info: its gradients travel in its codec.
+    if (j.contains("gradient_codec")) {
+      SWARM_ASSIGN_OR_RETURN(spec.gradient_codec, codec_from(j.at("gradient_codec"), "gradient codec"));
+    }
     return spec;
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("malformed stage info: {}", e.what());

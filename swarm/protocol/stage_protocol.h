@@ -7,11 +7,13 @@
 //   backward = [input, grad_output]       reply [grad_input] or []   (the first stage: tokens have no gradient)
 //   backward = [input, d_loss, targets]   reply [grad_input, loss]   (the last stage runs forward and backward
 //                                                                     as one request)
-// Float tensors travel in the codec the stage declares (StageSpec::codec): the
-// caller names it for the reply (MessageHeader::reply_codec) and encodes its own
-// float inputs in it, except the scalar d_loss, which is sent raw. Targets and
-// integer tensors (tokens) always travel raw. A peer checks every request against its
-// StageSpec before any compute.
+// Float tensors travel in the codecs the stage declares (codec_for has the rule):
+// activations (input and output) in StageSpec::codec, the backward's gradients
+// (grad_output and grad_input) in its gradient codec, except the scalar d_loss,
+// which is sent raw. The caller names the reply's codec (MessageHeader::reply_codec,
+// see reply_codec_for) and encodes its own float inputs by the same rule. Targets
+// and integer tensors (tokens) always travel raw. A peer checks every request
+// against its StageSpec before any compute.
 //
 // Every stage request carries its microbatch id (the same on every retry of that
 // microbatch) and an absolute deadline, in Unix milliseconds because it crosses
@@ -24,7 +26,7 @@
 // recomputed forward on any peer sees bit-identical input and nothing is re-encoded.
 //
 //   StageRequest request = StageRequest::forward(id, input_frame);
-//   SWARM_ASSIGN_OR_RETURN(wire::Frames frames, encode_request(request, stage, spec.codec));
+//   SWARM_ASSIGN_OR_RETURN(wire::Frames frames, encode_request(request, stage, reply_codec_for(spec, request.kind)));
 //   SWARM_ASSIGN_OR_RETURN(StageCall call, check_request(decoded, spec));   // at the peer
 #pragma once
 
@@ -48,14 +50,35 @@ namespace swarm::protocol {
 struct StageSpec {
   int stage = 0;
   StageIoSpec io;
-  // Float tensors in and out travel in this codec; integer tensors raw.
+  // Activations (the input, also as a backward re-sends it, and the output)
+  // travel in this codec; integer tensors raw.
   CodecId codec = CodecId::none;
+  // The backward's output and input gradients; unset: `codec`. Gradients have
+  // their own because they tolerate other errors than activations do (a swarm
+  // may send 4-bit activations but want 8-bit gradients).
+  std::optional<CodecId> gradient_codec;
 };
 
 template <Stage S>
-StageSpec stage_spec(const S& stage, int index, CodecId codec) {
-  return StageSpec{index, stage.io_spec(), codec};
+StageSpec stage_spec(const S& stage, int index, CodecId codec, std::optional<CodecId> gradient_codec = std::nullopt) {
+  return StageSpec{index, stage.io_spec(), codec, gradient_codec};
 }
+
+// What a tensor of a stage message carries (the table above), which picks its codec.
+enum class TensorRole { input, output, grad_output, grad_input, targets };
+
+// The one rule for the codec of a float tensor of a stage message:
+//   input, output            spec.codec (activations)
+//   grad_output, grad_input  the gradient codec (gradient_codec, else codec)
+//   targets, and the grad_output of the stage that takes targets (the scalar
+//   d_loss)                  raw: labels stay exact, and one value costs nothing
+// Integer tensors travel raw whatever their role.
+CodecId codec_for(const StageSpec& spec, TensorRole role);
+
+// The codec a request of `kind` asks its reply in (MessageHeader::reply_codec): the
+// output's for a forward, the input gradient's for a backward. The last stage's
+// loss travels raw under either.
+CodecId reply_codec_for(const StageSpec& spec, wire::MessageKind kind);
 
 struct StageRequest {
   wire::MessageKind kind = wire::MessageKind::forward;
@@ -153,10 +176,11 @@ wire::EncodedTensor raw_tensor(const Tensor& tensor);
 
 Result<wire::Frames> encode_request(const StageRequest& request, int stage, CodecId reply_codec);
 
-// Checks kind, tensor count, dtypes, ranks, fixed dims, codecs, that targets and
-// grad_output match the input's batch, and that a microbatch id and a deadline are
-// present, before the peer computes anything (the deadline's value is for
-// check_deadline). invalid_argument names the first mismatch.
+// Checks kind, tensor count, dtypes, ranks, fixed dims, codecs (codec_for and
+// reply_codec_for), that targets and grad_output match the input's batch, and that
+// a microbatch id and a deadline are present, before the peer computes anything
+// (the deadline's value is for check_deadline). invalid_argument names the first
+// mismatch.
 Result<StageCall> check_request(const wire::DecodedMessage& message, const StageSpec& spec);
 
 Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageReply& reply);
@@ -180,7 +204,8 @@ Result<wire::Frames> encode_info_request(int stage);
 Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec,
                                        const SampleLedger* samples = nullptr,
                                        const RefusalCounts* refusals = nullptr);
-// From an untrusted peer: every field type- and range-checked.
+// From an untrusted peer: every field type- and range-checked. An info without
+// "gradient_codec" (an older peer) means gradients in its "codec".
 Result<StageSpec> parse_info_reply(const wire::Frames& frames, const wire::Limits& limits);
 Result<PeerInfo> parse_peer_info(const wire::Frames& frames, const wire::Limits& limits);
 std::string spec_to_json(const StageSpec& spec);

@@ -62,8 +62,10 @@ struct TrainerConfig {
   // serve it for this long.
   double abandon_after_seconds = 60.0;
   ClientOptions client;
-  // Float tensors travel in this codec; every stage must declare the same one.
+  // Activations travel in this codec, the backward's gradients in gradient_codec
+  // (unset: codec); every stage must declare the same two (check_stages).
   CodecId codec = CodecId::blockwise8;
+  std::optional<CodecId> gradient_codec;
 };
 
 // Pipeline payloads (all four transfers) this trainer sent and received, cumulative:
@@ -116,7 +118,8 @@ template <Router Rt, Transport T, Registry R, CodecTable Codecs>
 class Trainer {
  public:
   Trainer(TrainerConfig config, std::vector<Rt> routers, R* registry)
-      : config_(std::move(config)), registry_(registry), started_at_(Clock::now()),
+      : config_(std::move(config)), codecs_(codecs_of(config_)),
+        registry_(registry), started_at_(Clock::now()),
         microbatch_nonce_(draw_nonce(config_.trainer_id)), clients_(config_.client) {
     for (auto& router : routers) stages_.push_back(std::make_unique<StageState>(std::move(router)));
   }
@@ -190,15 +193,12 @@ class Trainer {
     return protocol::parse_info_reply(reply, wire::Limits{});
   }
 
-  // Before training: every stage sends this trainer's codec and the last one takes
+  // Before training: every stage sends this trainer's codecs and the last one takes
   // targets, so a mismatch is one clear error rather than abandoned microbatches.
   Status check_stages() {
     for (int s = 0; s < config_.num_stages; ++s) {
       SWARM_ASSIGN_OR_RETURN(protocol::StageSpec spec, stage_spec(s));
-      if (spec.codec != config_.codec) {
-        return failed_precondition("stage {} sends codec {}, this trainer runs {} (pass the same --codec everywhere)", s,
-                                   codec_name(spec.codec), codec_name(config_.codec));
-      }
+      SWARM_RETURN_IF_ERROR(check_codecs(s, spec));
       if (spec.io.targets.has_value() != (s == config_.num_stages - 1)) {
         return failed_precondition("stage {} {} targets; only the last stage of {} does", s,
                                    spec.io.targets ? "takes" : "does not take", config_.num_stages);
@@ -262,6 +262,29 @@ class Trainer {
 
   double now() const { return std::chrono::duration<double>(Clock::now() - started_at_).count(); }
 
+  static protocol::StageSpec codecs_of(const TrainerConfig& config) {
+    protocol::StageSpec codecs;
+    codecs.codec = config.codec;
+    codecs.gradient_codec = config.gradient_codec;
+    return codecs;
+  }
+
+  // A stage that declares other codecs would refuse every request of this trainer.
+  Status check_codecs(int s, const protocol::StageSpec& spec) const {
+    if (spec.codec != config_.codec) {
+      return failed_precondition("stage {} sends codec {}, this trainer runs {} (pass the same --codec everywhere)", s,
+                                 codec_name(spec.codec), codec_name(config_.codec));
+    }
+    const CodecId theirs = protocol::codec_for(spec, protocol::TensorRole::grad_input);
+    const CodecId ours = protocol::codec_for(codecs_, protocol::TensorRole::grad_input);
+    if (theirs != ours) {
+      return failed_precondition(
+          "stage {} sends gradients in codec {}, this trainer runs {} (pass the same --gradient-codec everywhere)", s,
+          codec_name(theirs), codec_name(ours));
+    }
+    return Status::ok();
+  }
+
   // Random per trainer object, so two trainers (or two runs of one) never share ids.
   static uint64_t draw_nonce(const std::string& trainer_id) {
     std::random_device device;
@@ -283,7 +306,7 @@ class Trainer {
     const int last = config_.num_stages - 1;
     const uint64_t microbatch = next_microbatch_id();
     const int64_t batch = tokens.shape().rank() > 0 ? tokens.shape()[0] : 1;
-    auto first = protocol::encode_floats<Codecs>(tokens, config_.codec);
+    auto first = protocol::encode_floats<Codecs>(tokens, protocol::codec_for(codecs_, protocol::TensorRole::input));
     if (!first.is_ok()) return abandon(outcome, 0, "forward", first.status());
     // Each stage's input, as sent, until that stage's backward is done.
     std::vector<wire::EncodedTensor> inputs(config_.num_stages);
@@ -392,7 +415,8 @@ class Trainer {
     StageState& stage = *stages_[index];
     const TaskKind kind = message.kind == wire::MessageKind::forward ? TaskKind::forward : TaskKind::backward;
     const double give_up_at = now() + config_.abandon_after_seconds;
-    SWARM_RETURN_IF_ERROR(protocol::encode_request(message, index, config_.codec).status());  // before any peer
+    // Encodable before any peer is asked.
+    SWARM_RETURN_IF_ERROR(protocol::encode_request(message, index, reply_codec(message.kind)).status());
     const Hop hop{index, kind, batch, message.targets.has_value(), protocol::volume_of(message)};
     std::vector<std::string> tried;
     Status last_error = unavailable("stage {} has no peers", index);
@@ -440,6 +464,9 @@ class Trainer {
     return std::make_pair(*peer, known == stage.addresses.end() ? std::string() : known->second.address);
   }
 
+  // A forward's reply carries activations, a backward's an input gradient.
+  CodecId reply_codec(wire::MessageKind kind) const { return protocol::reply_codec_for(codecs_, kind); }
+
   // The peer's deadline leaves this much of the timeout for its reply to come back.
   static double reply_margin_seconds(double timeout) { return std::min(1.0, 0.25 * timeout); }
 
@@ -456,7 +483,7 @@ class Trainer {
         protocol::unix_millis_after(protocol::unix_millis_now(), timeout - reply_margin_seconds(timeout));
     Result<wire::Frames> frames = unavailable("cannot connect to {}", address);
     if (client) {
-      auto request = protocol::encode_request(message, hop.stage, config_.codec);
+      auto request = protocol::encode_request(message, hop.stage, reply_codec(message.kind));
       if (!request.is_ok()) return request.status();  // checked before the first attempt: not the peer's doing
       count_volume(hop.request_volume);
       frames = client->call(std::move(request).value(), wait_until).get();
@@ -490,6 +517,9 @@ class Trainer {
   }
 
   TrainerConfig config_;
+  // config_'s codecs as a StageSpec (no tensors): every stage must declare them,
+  // and the protocol's rule (protocol::codec_for) picks among them per tensor.
+  const protocol::StageSpec codecs_;
   R* registry_;
   Clock::time_point started_at_;
   std::vector<std::unique_ptr<StageState>> stages_;

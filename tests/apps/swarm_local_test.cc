@@ -120,9 +120,14 @@ TEST_CASE("a stopped run resumes from its checkpoints: the loss continues where 
   const std::string model =
       "--d-model 32 --layers 2 --heads 2 --seq-len 32 --microbatch 4 --microbatches-per-step 4 --eval-windows 8 "
       "--global-batch 16 --checkpoint-every 10 --lr 1e-2";
-  Run first = run_swarm(fmt::format("{} --steps 150", model), dir);
+  // Gradients in a codec of their own: the resumed run must read it back and pass it to its peers.
+  Run first = run_swarm(fmt::format("{} --steps 150 --gradient-codec fp16", model), dir);
   INFO(first.output);
   REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("wire (8bit activations, fp16 gradients)") != std::string::npos);
+  const auto config = nlohmann::json::parse(read_all(dir / "config.json"));
+  CHECK(config.at("codec") == "8bit");
+  CHECK(config.at("gradient_codec") == "fp16");
   auto before = of_kind(first, "step");
   REQUIRE(before.size() >= 150);
   const double initial_loss = before.front()["loss"].get<double>();
@@ -138,6 +143,7 @@ TEST_CASE("a stopped run resumes from its checkpoints: the loss continues where 
   INFO(second.output);
   REQUIRE(second.exit_code == 0);
   REQUIRE(second.output.find("resumed") != std::string::npos);
+  CHECK(second.output.find("wire (8bit activations, fp16 gradients)") != std::string::npos);
   std::vector<nlohmann::json> resumed_steps;
   bool after_resume = false;
   int64_t resumed_at = -1;
@@ -187,6 +193,15 @@ TEST_CASE("swarm local --secret trains with CURVE everywhere, and writes the sec
     bound_id |= peer.size() > 33 && peer[peer.size() - 33] == '.';
   }
   CHECK(bound_id);
+}
+
+TEST_CASE("an unknown --gradient-codec is refused on the command line, before anything starts") {
+  const fs::path dir = temp_dir("bogus-gradient-codec");
+  const Run run = run_swarm("--gradient-codec bogus", dir);
+  CHECK(run.exit_code != 0);
+  CHECK(run.output.find("--gradient-codec") != std::string::npos);
+  CHECK(run.output.find("bogus") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir));
 }
 
 TEST_CASE("--resume of a directory without a run is a clear error") {

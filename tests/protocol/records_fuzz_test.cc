@@ -733,6 +733,7 @@ const std::vector<Field> kStageSpecFields = {
     {"output", Kind::tensor_spec, true},
     {"targets", Kind::tensor_spec, false},
     {"codec", Kind::codec, true},
+    {"gradient_codec", Kind::codec, false},  // absent from older peers: the codec
 };
 
 TensorSpec tensor_spec_said(const json& j) {
@@ -751,6 +752,7 @@ protocol::StageSpec random_spec(Fuzz& f) {
   spec.io.output = tensor();
   if (f.chance(0.5)) spec.io.targets = tensor();
   spec.codec = kAllCodecIds[f.below(std::size(kAllCodecIds))];
+  if (f.chance(0.5)) spec.gradient_codec = kAllCodecIds[f.below(std::size(kAllCodecIds))];
   return spec;
 }
 
@@ -763,7 +765,9 @@ TEST_CASE("random stage specs from a peer's info reply: an error for every bad o
         if (spec.stage != int_of(doc, "stage") || !(spec.io.input == tensor_spec_said(doc.at("input"))) ||
             !(spec.io.output == tensor_spec_said(doc.at("output"))) || spec.io.targets.has_value() != targets ||
             (targets && !(*spec.io.targets == tensor_spec_said(doc.at("targets")))) ||
-            spec.codec != *codec_from_name(doc.at("codec").get<std::string>())) {
+            spec.codec != *codec_from_name(doc.at("codec").get<std::string>()) ||
+            protocol::codec_for(spec, protocol::TensorRole::grad_input) !=
+                *codec_from_name(doc.value("gradient_codec", doc.at("codec").get<std::string>()))) {
           return "fields differ from the JSON (" + protocol::spec_to_json(spec) + ")";
         }
         auto again = protocol::spec_from_json(protocol::spec_to_json(spec));

@@ -31,6 +31,13 @@ StageSpec last_stage(CodecId codec) {
   return StageSpec{1, {{DType::f32, {-1, -1, kD}}, TensorSpec{DType::i32, {-1, -1}}, {DType::f32, {1}}}, codec};
 }
 
+// A middle stage that sends 4-bit activations and 8-bit gradients.
+StageSpec split_codecs_stage() {
+  StageSpec spec = middle_stage(CodecId::blockwise4);
+  spec.gradient_codec = CodecId::blockwise8;
+  return spec;
+}
+
 Tensor hidden(int64_t batch, float scale = 1.0f) {
   Tensor t = *Tensor::empty(Shape{batch, 4, kD}, DType::f32);
   float v = 0.1f;
@@ -66,7 +73,7 @@ Received receive(const StageRequest& request, int stage, CodecId reply_codec) {
 }
 
 Status check(const StageRequest& request, const StageSpec& spec, int stage = 1, std::optional<CodecId> reply = {}) {
-  Received r = receive(request, stage, reply.value_or(spec.codec));
+  Received r = receive(request, stage, reply.value_or(reply_codec_for(spec, request.kind)));
   return check_request(r.message, spec).status();
 }
 
@@ -140,6 +147,67 @@ TEST_CASE("requests that do not fit the spec are refused before compute, naming 
     auto decoded = *wire::decode_message(frames.views(), wire::Limits{});
     CHECK(check_request(decoded, spec).status().code() == StatusCode::invalid_argument);
   }
+}
+
+TEST_CASE("codec_for: activations in the codec, gradients in the gradient codec, d_loss and targets raw") {
+  const StageSpec middle = split_codecs_stage();
+  CHECK(codec_for(middle, TensorRole::input) == CodecId::blockwise4);
+  CHECK(codec_for(middle, TensorRole::output) == CodecId::blockwise4);
+  CHECK(codec_for(middle, TensorRole::grad_output) == CodecId::blockwise8);
+  CHECK(codec_for(middle, TensorRole::grad_input) == CodecId::blockwise8);
+  CHECK(codec_for(middle, TensorRole::targets) == CodecId::none);
+  CHECK(reply_codec_for(middle, wire::MessageKind::forward) == CodecId::blockwise4);
+  CHECK(reply_codec_for(middle, wire::MessageKind::backward) == CodecId::blockwise8);
+
+  StageSpec last = last_stage(CodecId::blockwise4);
+  last.gradient_codec = CodecId::blockwise8;
+  CHECK(codec_for(last, TensorRole::grad_output) == CodecId::none);  // the scalar d_loss
+  CHECK(codec_for(last, TensorRole::grad_input) == CodecId::blockwise8);
+
+  // Unset, the gradients travel in the codec.
+  CHECK(codec_for(middle_stage(CodecId::fp16), TensorRole::grad_output) == CodecId::fp16);
+  CHECK(reply_codec_for(middle_stage(CodecId::fp16), wire::MessageKind::backward) == CodecId::fp16);
+}
+
+TEST_CASE("a backward's output gradient must be in the gradient codec; in the activation codec it is refused") {
+  const StageSpec spec = split_codecs_stage();
+  const auto in = [](CodecId codec, const Tensor& t) { return *encode_floats<StandardCodecs>(t, codec); };
+  const StageRequest good{wire::MessageKind::backward, 1, in(CodecId::blockwise4, hidden(2)),
+                          in(CodecId::blockwise8, hidden(2)), {}};
+  CHECK(check(good, spec).is_ok());
+
+  StageRequest in_activation_codec = good;
+  in_activation_codec.grad_output = in(CodecId::blockwise4, hidden(2));
+  const Status refused = check(in_activation_codec, spec);
+  CHECK(refused.code() == StatusCode::invalid_argument);
+  INFO(refused.message());
+  CHECK(refused.message().find("output gradient") != std::string::npos);
+  CHECK(refused.message().find("8bit") != std::string::npos);  // what the stage takes
+  CHECK(refused.message().find("4bit") != std::string::npos);  // what was sent
+
+  // The input a backward re-sends is an activation: in the gradient codec it is refused too.
+  StageRequest input_as_gradient = good;
+  input_as_gradient.input = in(CodecId::blockwise8, hidden(2));
+  CHECK(check(input_as_gradient, spec).code() == StatusCode::invalid_argument);
+}
+
+TEST_CASE("a forward asks for its reply in the activation codec, a backward in the gradient codec") {
+  const StageSpec spec = split_codecs_stage();
+  const auto in = [](CodecId codec, const Tensor& t) { return *encode_floats<StandardCodecs>(t, codec); };
+  const StageRequest forward{wire::MessageKind::forward, 1, in(CodecId::blockwise4, hidden(1)), {}, {}};
+  const StageRequest backward{wire::MessageKind::backward, 2, in(CodecId::blockwise4, hidden(1)),
+                              in(CodecId::blockwise8, hidden(1)), {}};
+  CHECK(check(forward, spec, 1, CodecId::blockwise4).is_ok());
+  CHECK(check(backward, spec, 1, CodecId::blockwise8).is_ok());
+
+  const Status forward_in_gradient_codec = check(forward, spec, 1, CodecId::blockwise8);
+  CHECK(forward_in_gradient_codec.code() == StatusCode::invalid_argument);
+  CHECK(forward_in_gradient_codec.message().find("sends its output in codec 4bit") != std::string::npos);
+  const Status backward_in_activation_codec = check(backward, spec, 1, CodecId::blockwise4);
+  CHECK(backward_in_activation_codec.code() == StatusCode::invalid_argument);
+  INFO(backward_in_activation_codec.message());
+  CHECK(backward_in_activation_codec.message().find("sends its input gradient in codec 8bit") != std::string::npos);
+  CHECK(backward_in_activation_codec.message().find("asks for 4bit") != std::string::npos);
 }
 
 TEST_CASE("a stage request without a microbatch id or a deadline is refused") {
@@ -335,6 +403,40 @@ TEST_CASE("stage info round-trips, and a hostile info reply is refused field by 
   CHECK_FALSE(spec_from_json(R"({"stage":1,"input":{"dtype":"f32","dims":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]},"output":{"dtype":"f32","dims":[]},"codec":"8bit"})").is_ok());
   CHECK_FALSE(spec_from_json(R"({"stage":1,"input":{"dtype":"f32","dims":[]},"output":{"dtype":"f32","dims":[]},"codec":"int4"})").is_ok());
   CHECK_FALSE(spec_from_json(R"({"stage":-1,"input":{"dtype":"f32","dims":[]},"output":{"dtype":"f32","dims":[]},"codec":"none"})").is_ok());
+}
+
+TEST_CASE("stage info carries the gradient codec; an older peer's info without it means its codec") {
+  StageSpec spec = last_stage(CodecId::blockwise4);
+  spec.gradient_codec = CodecId::blockwise8;
+  auto parsed = parse_info_reply(*encode_info_reply(4, spec), wire::Limits{});
+  REQUIRE_MESSAGE(parsed.is_ok(), parsed.status().to_string());
+  CHECK(parsed->codec == CodecId::blockwise4);
+  CHECK(codec_for(*parsed, TensorRole::grad_input) == CodecId::blockwise8);
+  nlohmann::json j = nlohmann::json::parse(spec_to_json(spec));
+  CHECK(j.at("gradient_codec") == "8bit");
+  // Unset, it is written out resolved: a reader need not know the default.
+  CHECK(nlohmann::json::parse(spec_to_json(middle_stage(CodecId::fp16))).at("gradient_codec") == "fp16");
+
+  auto with = [&](const nlohmann::json& gradient_codec) {
+    nlohmann::json forged = j;
+    if (gradient_codec.is_null()) {
+      forged.erase("gradient_codec");
+    } else {
+      forged["gradient_codec"] = gradient_codec;
+    }
+    return parse_info_reply(info_reply_with(forged.dump()), wire::Limits{});
+  };
+  auto older = with(nullptr);
+  REQUIRE_MESSAGE(older.is_ok(), older.status().to_string());
+  CHECK_FALSE(older->gradient_codec.has_value());
+  CHECK(codec_for(*older, TensorRole::grad_input) == CodecId::blockwise4);
+  CHECK(codec_for(*with("fp16"), TensorRole::grad_input) == CodecId::fp16);
+  const auto unknown = with("int4");
+  CHECK(unknown.status().code() == StatusCode::invalid_argument);
+  CHECK(unknown.status().message().find("gradient codec") != std::string::npos);
+  CHECK_FALSE(with("8BIT").is_ok());  // names are exact
+  CHECK_FALSE(with(8).is_ok());
+  CHECK_FALSE(with(nlohmann::json::array({"8bit"})).is_ok());
 }
 
 }  // namespace

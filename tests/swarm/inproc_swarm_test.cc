@@ -1,4 +1,5 @@
-// GPT stages served by Peers and driven by a Trainer in one process: the
+// GPT stages served by Peers and driven by a Trainer in one process: a trainer
+// whose codecs differ from the stages' is refused before training; the
 // stochastic wiring sends a 2x faster peer 2/3 of the work, a peer that dies
 // mid-run costs retries but no microbatch, and the model learns.
 #include <random>
@@ -106,6 +107,37 @@ TEST_CASE("a trainer asks each stage for its spec, and a codec mismatch is one c
   CHECK_FALSE(outcome.completed);
   CHECK(outcome.abandon_reason.find("codec") != std::string::npos);
   CHECK(first->stats().forward == 0);
+}
+
+TEST_CASE("a trainer whose gradient codec differs from the stages' is refused before training, naming both") {
+  InProcessRegistry registry;
+  auto first = make_peer(&registry, 0, "grad-0", 1.0, 0.0);
+  auto last = make_peer(&registry, 1, "grad-1", 1.0, 0.0);
+  using RrTrainer = Trainer<RoundRobinRouter, InprocTransport, InProcessRegistry, compression::StandardCodecs>;
+  TrainerConfig config;  // 8bit activations, as the peers
+  config.gradient_codec = CodecId::blockwise8;  // the peers' default: their codec
+  RrTrainer same(config, std::vector<RoundRobinRouter>(2), &registry);
+  CHECK(same.check_stages().is_ok());
+
+  config.gradient_codec = CodecId::blockwise4;
+  RrTrainer mismatched(config, std::vector<RoundRobinRouter>(2), &registry);
+  Status checked = mismatched.check_stages();
+  CHECK(checked.code() == StatusCode::failed_precondition);
+  INFO(checked.message());
+  CHECK(checked.message().find("gradients in codec 8bit") != std::string::npos);
+  CHECK(checked.message().find("4bit") != std::string::npos);
+  CHECK(checked.message().find("--gradient-codec") != std::string::npos);
+  // Without the check, the forward passes (its activations match) and the backward
+  // is refused by the last stage, which will not reply in a codec it does not send.
+  std::mt19937 rng(2);
+  Tensor tokens, targets;
+  pattern_batch(rng, 2, &tokens, &targets);
+  MicrobatchOutcome outcome = mismatched.run_microbatch(tokens, targets);
+  CHECK_FALSE(outcome.completed);
+  CHECK(outcome.abandon_reason.find("stage 1 backward") != std::string::npos);
+  CHECK(outcome.abandon_reason.find("input gradient in codec 8bit") != std::string::npos);
+  CHECK(first->stats().forward == 1);
+  CHECK(last->stats().backward == 0);
 }
 
 TEST_CASE("stochastic wiring gives a 2x faster peer 2/3 of the stage's microbatches") {

@@ -4,15 +4,16 @@
 // Two MLP peers serve in this process: stage 0 in global mode (so its control
 // server takes all-reduce parts and state chunks; a stage-mate is announced in
 // the registry, so parts from it get past the membership check into the inbox)
-// and stage 1, the loss stage, in solo mode. Both speak the 8-bit codec. Per
-// message kind (forward, backward, info, ping, allreduce_part, state_chunk, the
-// kinds no server takes, and pure random frames) the test sends kMessagesPerKind
-// seeded messages, many in flight at once: honest messages built with the real
-// encoders, and those same messages mutated (bit flips, truncated, extended,
-// dropped and duplicated frames, random header fields with huge counts, dims,
-// offsets and text, wrong dtypes and codecs, NaN and infinite payloads and
-// 8-bit scales, wrong microbatch ids and deadlines, random JSON control fields),
-// well-formed messages of random tensors, and random bytes.
+// and stage 1, the loss stage, in solo mode. Both send activations in the 8-bit
+// codec and the backward's gradients in bf16, a codec of their own, so that both
+// codec checks are fuzzed. Per message kind (forward, backward, info, ping,
+// allreduce_part, state_chunk, the kinds no server takes, and pure random frames)
+// the test sends kMessagesPerKind seeded messages, many in flight at once: honest
+// messages built with the real encoders, and those same messages mutated (bit
+// flips, truncated, extended, dropped and duplicated frames, random header fields
+// with huge counts, dims, offsets and text, wrong dtypes and codecs, NaN and
+// infinite payloads and 8-bit scales, wrong microbatch ids and deadlines, random
+// JSON control fields), well-formed messages of random tensors, and random bytes.
 //
 // Asserted, per message: a reply arrives before its deadline (no hang), it is a
 // well-formed result or error, no handler exception reached the transport, a
@@ -84,6 +85,7 @@ constexpr auto kCallTimeout = 20s;  // per message: a reply later than this is a
 // Measured: +13 MiB (9 MiB before, 22 MiB after).
 constexpr int64_t kRssGrowthBound = int64_t{256} << 20;
 constexpr CodecId kCodec = CodecId::blockwise8;
+constexpr CodecId kGradientCodec = CodecId::bf16;
 constexpr mlp::MlpLayerConfig kHidden{.in = 4, .out = 8, .gelu = true};
 constexpr mlp::MlpLayerConfig kLoss{.in = 8, .out = 1, .loss = true};
 constexpr int64_t kGlobalBatch = int64_t{1} << 30;  // never reached: no round ever starts
@@ -448,7 +450,7 @@ class Campaign {
     r.deadline_unix_ms = protocol::unix_millis_now() + 30'000;
     if (stage == 0) {
       r.input = encoded(fuzz_, Shape{batch, kHidden.in}, kCodec);
-      r.grad_output = encoded(fuzz_, Shape{batch, kHidden.out}, kCodec);
+      r.grad_output = encoded(fuzz_, Shape{batch, kHidden.out}, kGradientCodec);
     } else {
       r.input = encoded(fuzz_, Shape{batch, kLoss.in}, kCodec);
       Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
@@ -456,12 +458,13 @@ class Campaign {
       r.grad_output = protocol::raw_tensor(d_loss);
       r.targets = encoded(fuzz_, Shape{batch, kLoss.out}, CodecId::none);
     }
-    Honest h{*protocol::encode_request(r, stage, kCodec), {}};
+    Honest h{*protocol::encode_request(r, stage, kGradientCodec), {}};
     h.check = [stage, batch](const wire::Frames& reply) -> std::string {
       auto parsed = protocol::parse_reply(reply, wire::Limits{}, stage == 1);
       if (!parsed.is_ok()) return parsed.status().to_string();
       const int64_t width = stage == 0 ? kHidden.in : kLoss.in;
       if (parsed->tensor && parsed->tensor->dims != std::vector<int64_t>{batch, width}) return "a gradient of the wrong shape";
+      if (parsed->tensor && parsed->tensor->codec != kGradientCodec) return "a gradient in the wrong codec";
       return "";
     };
     return h;
@@ -472,7 +475,11 @@ class Campaign {
     h.check = [stage](const wire::Frames& reply) -> std::string {
       auto info = protocol::parse_peer_info(reply, wire::Limits{});
       if (!info.is_ok()) return info.status().to_string();
-      return info->spec.stage == stage && info->spec.codec == kCodec && info->samples ? "" : "a wrong stage spec";
+      return info->spec.stage == stage && info->spec.codec == kCodec &&
+                     protocol::codec_for(info->spec, protocol::TensorRole::grad_input) == kGradientCodec &&
+                     info->samples
+                 ? ""
+                 : "a wrong stage spec";
     };
     return h;
   }
@@ -608,7 +615,8 @@ wire::Frames random_stage_request(Fuzz& fuzz, wire::MessageKind kind, int stage)
   header.kind = kind;
   header.stage = static_cast<uint32_t>(stage);
   header.request_id = fuzz.next();
-  header.reply_codec = static_cast<uint8_t>(fuzz.chance(0.7) ? static_cast<uint8_t>(kCodec) : fuzz.below(4));
+  const CodecId honest_reply = kind == wire::MessageKind::backward ? kGradientCodec : kCodec;
+  header.reply_codec = static_cast<uint8_t>(fuzz.chance(0.7) ? static_cast<uint8_t>(honest_reply) : fuzz.below(4));
   header.microbatch_id = fuzz.chance(0.05) ? 0 : 1 + fuzz.next() % (uint64_t{1} << 62);
   header.deadline_unix_ms = protocol::unix_millis_now() + (fuzz.chance(0.05) ? -5 : 30'000);
   std::vector<wire::EncodedTensor> tensors;
@@ -652,6 +660,7 @@ std::unique_ptr<FuzzPeer> start_peer(InProcessRegistry* registry, int stage, boo
   config.peer_id = fmt::format("fuzz-peer-{}", stage);
   config.bind_address = "tcp://127.0.0.1:*";
   config.codec = kCodec;
+  config.gradient_codec = kGradientCodec;
   config.step_every_samples = step_every_samples;  // by default fuzzed gradients never reach the parameters
   config.global_batch_samples = global ? kGlobalBatch : 0;
   config.progress_period_seconds = 0.1;
@@ -988,7 +997,7 @@ TEST_CASE("minimal reproducer: a huge but finite target must not make the loss s
       d_loss.data<float>()[0] = 1.0f;
       r.grad_output = protocol::raw_tensor(d_loss);
     }
-    auto frames = protocol::encode_request(r, 1, kCodec);
+    auto frames = protocol::encode_request(r, 1, kind == wire::MessageKind::backward ? kGradientCodec : kCodec);
     REQUIRE(frames.is_ok());
     REQUIRE(wire::decode_message(frames->views(), wire::Limits{}).is_ok());
     auto reply = client.call(std::move(frames).value(), Clock::now() + kCallTimeout).get();
@@ -1028,8 +1037,8 @@ TEST_CASE("minimal reproducer: one backward that overflows the weight gradient m
     for (float& v : input.span<float>()) v = input_value;
     for (float& v : grad.span<float>()) v = grad_value;
     r.input = *protocol::encode_floats<Codecs>(input, kCodec);
-    r.grad_output = *protocol::encode_floats<Codecs>(grad, kCodec);
-    auto reply = client.call(*protocol::encode_request(r, 0, kCodec), Clock::now() + kCallTimeout).get();
+    r.grad_output = *protocol::encode_floats<Codecs>(grad, kGradientCodec);
+    auto reply = client.call(*protocol::encode_request(r, 0, kGradientCodec), Clock::now() + kCallTimeout).get();
     REQUIRE(reply.is_ok());
     return protocol::parse_reply(*reply, wire::Limits{}, false).status();
   };

@@ -2,10 +2,12 @@
 // transport and registry): a 2-stage x 2-peer swarm matches single-process training
 // on the same global batch; a peer killed mid-all-reduce is dropped and the others
 // stay identical; a joiner downloads the state (finishing from a second donor when
-// the first dies) and serves only once its hash matches.
+// the first dies) and serves only once its hash matches; a swarm with 4-bit
+// activations and 8-bit gradients sends each in its codec and stays identical.
 #include <atomic>
 #include <limits>
 #include <random>
+#include <thread>
 
 #include <doctest/doctest.h>
 
@@ -199,6 +201,111 @@ TEST_CASE("a 2-stage x 2-peer swarm matches single-process training on the same 
     CHECK(swarm_losses[i] == doctest::Approx(reference_losses[i]).epsilon(1e-5));
   }
   CHECK(reference_losses.back() < reference_losses.front());
+}
+
+// A peer of a 4-bit activations, 8-bit gradients swarm.
+PeerConfig split_codecs_config(int stage, const std::string& id) {
+  PeerConfig config = sync_config(stage, id);
+  config.codec = CodecId::blockwise4;
+  config.gradient_codec = CodecId::blockwise8;
+  return config;
+}
+
+int64_t encoded_bytes(CodecId codec, int64_t values) {
+  return static_cast<int64_t>(*compression::StandardCodecs::encoded_bytes(codec, static_cast<uint64_t>(values)));
+}
+
+// One request straight to a peer, as a trainer sends it: the reply as the trainer sees it.
+Result<protocol::StageReply> call_directly(GptPeer& peer, protocol::StageRequest request, uint64_t microbatch) {
+  const protocol::StageSpec spec = peer.spec();
+  request.microbatch_id = microbatch;
+  request.deadline_unix_ms = protocol::unix_millis_now() + 10'000;
+  SWARM_ASSIGN_OR_RETURN(InprocClient client, InprocTransport::connect(peer.address(), {}));
+  SWARM_ASSIGN_OR_RETURN(wire::Frames frames,
+                         protocol::encode_request(request, spec.stage, protocol::reply_codec_for(spec, request.kind)));
+  SWARM_ASSIGN_OR_RETURN(wire::Frames reply, client.call(std::move(frames), seconds_from_now(10)).get());
+  return protocol::parse_reply(reply, wire::Limits{}, spec.io.targets.has_value());
+}
+
+TEST_CASE("4-bit activations and 8-bit gradients: each crosses the wire in its codec, and the replicas agree") {
+  constexpr int kSteps = 2;
+  InProcessRegistry registry;
+  auto s0a = start_peer(&registry, split_codecs_config(0, "gc-s0a"));
+  auto s0b = start_peer(&registry, split_codecs_config(0, "gc-s0b"));
+  auto s1a = start_peer(&registry, split_codecs_config(1, "gc-s1a"));
+  auto s1b = start_peer(&registry, split_codecs_config(1, "gc-s1b"));
+  std::vector<GptPeer*> peers{s0a.get(), s0b.get(), s1a.get(), s1b.get()};
+  TrainerConfig trainer_config;
+  trainer_config.refresh_period_seconds = 0.05;
+  trainer_config.codec = CodecId::blockwise4;
+  trainer_config.gradient_codec = CodecId::blockwise8;
+  RrTrainer trainer(trainer_config, std::vector<RoundRobinRouter>(2), &registry);
+  // The peers announce themselves serving once they see their stage-mates.
+  Status checked = trainer.check_stages();
+  for (const Deadline until = seconds_from_now(20); checked.code() == StatusCode::unavailable && Clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    checked = trainer.check_stages();
+  }
+  REQUIRE_MESSAGE(checked.is_ok(), checked.to_string());
+
+  std::mt19937 rng(13);
+  for (int step = 1; step <= kSteps; ++step) {
+    for (int m = 0; m < kMicrobatches; ++m) {
+      Tensor tokens, targets;
+      pattern_batch(rng, kRows, &tokens, &targets);
+      auto outcome = trainer.run_microbatch(tokens, targets);
+      REQUIRE_MESSAGE(outcome.completed, outcome.abandon_reason);
+    }
+    REQUIRE_MESSAGE(wait_for_step(peers, step), "the swarm did not take global step " << step);
+  }
+  for (int s = 0; s < 2; ++s) {
+    CHECK(peers[2 * s]->stats().params_hash == peers[2 * s + 1]->stats().params_hash);
+    CHECK(peers[2 * s]->stats().global_step == kSteps);
+  }
+
+  // Per microbatch: tokens twice and targets once (raw i32); the activation out of
+  // stage 0 and into stage 1 (4-bit); the input gradient out of stage 1 and into
+  // stage 0 (8-bit); d_loss and the loss (raw f32).
+  const int64_t ints = int64_t{kRows} * tiny_config().max_seq_len;
+  const int64_t floats = ints * tiny_config().d_model;
+  const int64_t in_four = encoded_bytes(CodecId::blockwise4, floats);
+  const int64_t in_eight = encoded_bytes(CodecId::blockwise8, floats);
+  const double four = static_cast<double>(in_four) / static_cast<double>(floats);
+  const double eight = static_cast<double>(in_eight) / static_cast<double>(floats);
+  const WireVolume wire = trainer.wire_volume();
+  const double per_value = static_cast<double>(wire.bytes) / static_cast<double>(wire.values);
+  MESSAGE("pipeline: " << per_value << " bytes/value; 4bit " << four << ", 8bit " << eight);
+  CHECK(per_value > four);
+  CHECK(per_value < eight);
+  const Ledger ledger = trainer.ledger();
+  if (ledger.retries == 0) {  // a retry sends a request twice
+    CHECK(wire.bytes == ledger.completed * (3 * ints * 4 + 2 * in_four + 2 * in_eight + 2 * 4));
+    CHECK(wire.values == ledger.completed * (3 * ints + 4 * floats + 2));
+  }
+  // The all-reduce parts stay in the activation codec.
+  for (GptPeer* p : peers) {
+    const PeerStats stats = p->stats();
+    REQUIRE(stats.allreduce_values > 0);
+    CHECK(static_cast<double>(stats.allreduce_bytes) / static_cast<double>(stats.allreduce_values) < (four + eight) / 2);
+  }
+
+  // What the peers reply: a forward's output in 4-bit, a backward's input gradient in 8-bit.
+  Tensor tokens, targets;
+  pattern_batch(rng, kRows, &tokens, &targets);
+  auto output = call_directly(*s0a, {wire::MessageKind::forward, 1, protocol::raw_tensor(tokens), {}, {}}, 0x6C01);
+  REQUIRE_MESSAGE(output.is_ok(), output.status().to_string());
+  REQUIRE(output->tensor.has_value());
+  CHECK(output->tensor->codec == CodecId::blockwise4);
+  Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
+  d_loss.data<float>()[0] = 1.0f;
+  auto gradient = call_directly(*s1a,
+                                {wire::MessageKind::backward, 2, *output->tensor, protocol::raw_tensor(d_loss),
+                                 protocol::raw_tensor(targets)},
+                                0x6C02);
+  REQUIRE_MESSAGE(gradient.is_ok(), gradient.status().to_string());
+  REQUIRE(gradient->tensor.has_value());
+  CHECK(gradient->tensor->codec == CodecId::blockwise8);
+  CHECK(trainer.ledger().abandoned == 0);
 }
 
 TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second donor when the first dies") {
