@@ -9,8 +9,8 @@
 namespace swarm::apps {
 namespace {
 
-constexpr double kWidth = 720, kHeight = 440;
-constexpr double kLeft = 70, kRight = 190, kTop = 40, kBottom = 60;  // the legend sits on the right
+constexpr double kWidth = 820, kHeight = 440;
+constexpr double kLeft = 70, kRight = 250, kTop = 40, kBottom = 60;  // the legend sits on the right
 constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
 
 std::string escape(const std::string& text) {

@@ -21,7 +21,8 @@ source "$root/bench/matplotlib_python.sh"
 default_configs="none|none|none fp16|fp16|none 8bit|8bit|none 4bit|4bit|none
 bottleneck2+8bit|8bit|bottleneck:2 bottleneck4+8bit|8bit|bottleneck:4
 maxout2+8bit|8bit|maxout:2 maxout4+8bit|8bit|maxout:4
-bottleneck2+4bit|4bit|bottleneck:2 bottleneck4+4bit|4bit|bottleneck:4 none-seed2|none|none|--seed=2"
+bottleneck2+4bit|4bit|bottleneck:2 bottleneck4+4bit|4bit|bottleneck:4 none-seed2|none|none|--seed=2
+maxout2+4bit|4bit|maxout:2 maxout4+4bit|4bit|maxout:4"
 mkdir -p "$out/runs"
 for config in ${ABLATION_CONFIGS:-$default_configs}; do
   IFS='|' read -r label codec boundary extra <<<"$config"
