@@ -21,6 +21,7 @@
 
 #include "swarm/compression/blockwise4.h"
 #include "swarm/compression/codecs.h"
+#include "tests/compression/codec_checks.h"
 
 namespace swarm::compression {
 namespace {
@@ -33,21 +34,9 @@ const float kDenormMin = std::numeric_limits<float>::denorm_min();
 
 uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
-std::vector<std::byte> encode_ok(std::span<const float> values) {
-  std::vector<std::byte> frame(*C4::encoded_bytes(values.size()));
-  const Status status = C4::encode(values, frame);
-  INFO(status.to_string());
-  REQUIRE(status.is_ok());
-  return frame;
-}
-
-std::vector<float> decode_ok(std::span<const std::byte> frame, std::size_t n) {
-  std::vector<float> values(n, -12345.0f);
-  const Status status = C4::decode(frame, values);
-  INFO(status.to_string());
-  REQUIRE(status.is_ok());
-  return values;
-}
+std::vector<std::byte> encode_ok(std::span<const float> values) { return testing::encode_ok<C4>(values); }
+std::vector<float> decode_ok(std::span<const std::byte> frame, std::size_t n) { return testing::decode_ok<C4>(frame, n); }
+using testing::random_normal;
 
 // ---- The reference: the recipe and a brute-force nearest code --------------
 
@@ -104,35 +93,8 @@ std::vector<std::byte> reference_frame(const std::vector<float>& values) {
 // Encodes, checks the bytes against reference_frame and every decoded value
 // against the declared bound of its block. Returns the decoded values.
 std::vector<float> check_codec(const std::vector<float>& values) {
-  const std::vector<std::byte> frame = encode_ok(values);
-  CHECK(frame == reference_frame(values));
-  const std::vector<float> decoded = decode_ok(frame, values.size());
-  std::size_t failures = 0;
-  for (std::size_t begin = 0; begin < values.size(); begin += kBlock) {
-    const std::size_t end = std::min(values.size(), begin + kBlock);
-    float absmax = 0;
-    for (std::size_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(values[i]));
-    for (std::size_t i = begin; i < end; ++i) {
-      const double error = std::fabs(double(decoded[i]) - double(values[i]));  // exact in double
-      const double bound = C4::max_abs_error(absmax, values[i]);
-      if (!std::isfinite(decoded[i]) || !(error <= bound)) {
-        if (failures++ < 3) {
-          FAIL_CHECK("value " << i << " = " << values[i] << " (absmax " << absmax << ") decoded " << decoded[i]
-                              << ": error " << error << " > bound " << bound);
-        }
-      }
-    }
-  }
-  CHECK(failures == 0);
-  return decoded;
-}
-
-std::vector<float> random_normal(std::size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng) * scale;
-  return v;
+  CHECK(encode_ok(values) == reference_frame(values));
+  return testing::check_bound<C4>(values);
 }
 
 // ---- The codebook and the nearest-code rule --------------------------------
