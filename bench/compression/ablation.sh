@@ -5,7 +5,8 @@
 # OUT_DIR/ablation.md (validation loss, wire bytes per token per boundary, compression
 # against fp32, loss penalty), ablation.json and penalty_vs_compression.png.
 # SWARM_BIN overrides the binary; ABLATION_CONFIGS="label|codec|boundary[|--flag=value] ..." the list
-# (none-seed2, fp32 again under another seed, shows how far runs of the same math spread);
+# (none-seed2, fp32 again under another seed, shows how far runs of the same math spread; a
+# LABEL-seedN run is held against none-seedN);
 # extra arguments after OUT_DIR go to every `swarm local` (e.g. --steps 100 for a quick look).
 set -euo pipefail
 out="${1:?usage: bench/compression/ablation.sh OUT_DIR [swarm local flags...]}"
@@ -22,7 +23,8 @@ default_configs="none|none|none fp16|fp16|none 8bit|8bit|none 4bit|4bit|none
 bottleneck2+8bit|8bit|bottleneck:2 bottleneck4+8bit|8bit|bottleneck:4
 maxout2+8bit|8bit|maxout:2 maxout4+8bit|8bit|maxout:4
 bottleneck2+4bit|4bit|bottleneck:2 bottleneck4+4bit|4bit|bottleneck:4 none-seed2|none|none|--seed=2
-maxout2+4bit|4bit|maxout:2 maxout4+4bit|4bit|maxout:4"
+maxout2+4bit|4bit|maxout:2 maxout4+4bit|4bit|maxout:4 maxout4+4bit-seed2|4bit|maxout:4|--seed=2
+maxout4+4bit-act+8bit-grad|4bit|maxout:4|--gradient-codec=8bit"
 mkdir -p "$out/runs"
 for config in ${ABLATION_CONFIGS:-$default_configs}; do
   IFS='|' read -r label codec boundary extra <<<"$config"
