@@ -567,6 +567,7 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     o->in_flight = config.at("in_flight");
     o->seed = config.at("seed");
     o->data_path = config.at("data");
+    o->gpt2_tokens = config.value("gpt2_tokens", false);
     o->learning_rate = config.at("learning_rate");
     o->warmup_steps = config.at("warmup_steps");
     o->global_batch = config.value("global_batch", int64_t{-1});
@@ -634,7 +635,7 @@ struct RunData {
 Result<RunData> load_run_data(const LocalSwarmOptions& o) {
   RunData data;
   data.path = o.data_path.empty() ? std::string(kDefaultCorpus) : o.data_path;
-  SWARM_ASSIGN_OR_RETURN(TokenDataset dataset, load_text_bytes(data.path));
+  SWARM_ASSIGN_OR_RETURN(TokenDataset dataset, o.gpt2_tokens ? load_gpt2_bin(data.path) : load_text_bytes(data.path));
   if (dataset.vocab_size != o.model.vocab_size) {
     return invalid_argument("the data has vocabulary {}, the model {}", dataset.vocab_size, o.model.vocab_size);
   }
@@ -663,6 +664,7 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"seed", o.seed},
       {"chaos", o.chaos},
       {"data", data_path},
+      {"gpt2_tokens", o.gpt2_tokens},
       {"learning_rate", o.learning_rate},
       {"warmup_steps", o.warmup_steps},
       {"step_every_samples", o.step_every_samples},
@@ -835,6 +837,7 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
   report.first_loss = recorder.first_loss();
   report.last_loss = recorder.last_loss();
   report.validation_loss = validation;
+  report.gpt2_tokens = o.gpt2_tokens;
   report.tokens_per_second = static_cast<double>(summary.tokens) / std::max(1e-9, summary.seconds);
   report.microbatches_started = summary.ledger.started;
   report.microbatches_completed = summary.ledger.completed;
@@ -894,6 +897,10 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
     if (start_step >= o.steps) {
       return invalid_argument("{} is already at step {}; pass --steps beyond it to train on", o.run_dir, start_step);
     }
+  }
+  if (o.gpt2_tokens) {
+    if (o.data_path.empty()) return invalid_argument("--gpt2-tokens needs --data FILE, an llm.c .bin file of GPT-2 tokens");
+    o.model.vocab_size = kGpt2VocabSize;  // the peers are started with it
   }
   const auto started = Clock::now();
   const bool spawn = o.bootstrap.empty();

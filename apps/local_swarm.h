@@ -36,6 +36,7 @@ struct LocalSwarmOptions {
   uint64_t seed = 1;
   std::string chaos;              // see apps/chaos.h
   std::string data_path;          // empty: the fortunes corpus
+  bool gpt2_tokens = false;       // data_path is an llm.c .bin file of GPT-2 tokens (vocabulary 50257)
   // LAMB moves each tensor by about lr times its own norm per step; this small model
   // trains fastest well above the paper's 1e-3 (measured: 1e-2 beats 2e-3 and 2e-2).
   float learning_rate = 1e-2f;    // peak lr of the stages' LAMB steps
@@ -77,6 +78,7 @@ struct LocalSwarmOptions {
 };
 
 struct LocalSwarmReport {
+  bool gpt2_tokens = false;  // the run's tokens are GPT-2 ids, not bytes: losses are nats per token
   int steps = 0;
   double seconds = 0;
   double first_loss = 0;

@@ -88,10 +88,10 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
     fmt::print(stderr, "swarm {}: {}\n", name, report.status().to_string());
     return 1;
   }
-  fmt::print("done: {} steps in {:.0f} s | train loss {:.4f} -> {:.4f} | validation loss {:.4f} nats/byte | "
+  fmt::print("done: {} steps in {:.0f} s | train loss {:.4f} -> {:.4f} | validation loss {:.4f} nats/{} | "
              "{:.0f} tokens/s\n",
              report->steps, report->seconds, report->first_loss, report->last_loss, report->validation_loss,
-             report->tokens_per_second);
+             report->gpt2_tokens ? "token" : "byte", report->tokens_per_second);
   fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs\n",
              fmt::join(report->global_steps, ","), report->replica_mismatches);
   fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | {} registry records refused "
@@ -162,6 +162,8 @@ void add_swarm_options(CLI::App* command, swarm::apps::LocalSwarmOptions* o) {
   command->add_option("--in-flight", o->in_flight, "Microbatches each trainer keeps in flight")
       ->capture_default_str();
   command->add_option("--data", o->data_path, "Text file or directory (default: the fortunes corpus)");
+  command->add_flag("--gpt2-tokens", o->gpt2_tokens,
+                    "--data is an llm.c .bin file of GPT-2 tokens; the model's vocabulary becomes 50257");
   command->add_option("--eval-windows", o->eval_windows, "Validation windows evaluated at the end")
       ->capture_default_str();
   command->add_option("--forward-timeout", o->forward_timeout_seconds, "Seconds before a forward hop is retried")
