@@ -240,12 +240,10 @@ TEST_CASE("4-bit activations and 8-bit gradients: each crosses the wire in its c
   trainer_config.codec = CodecId::blockwise4;
   trainer_config.gradient_codec = CodecId::blockwise8;
   RrTrainer trainer(trainer_config, std::vector<RoundRobinRouter>(2), &registry);
-  // The peers announce themselves serving once they see their stage-mates.
-  Status checked = trainer.check_stages();
-  for (const Deadline until = seconds_from_now(20); checked.code() == StatusCode::unavailable && Clock::now() < until;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    checked = trainer.check_stages();
-  }
+  // The peers announce themselves serving once they see their stage-mates, and
+  // announce before they count as serving.
+  REQUIRE_MESSAGE(wait_for_step(peers, 0), "the peers did not start serving");
+  const Status checked = trainer.check_stages();
   REQUIRE_MESSAGE(checked.is_ok(), checked.to_string());
 
   std::mt19937 rng(13);
