@@ -212,19 +212,38 @@ class Driver {
   Status error_ = Status::ok();
 };
 
+LinkParams link_of(const SquareCubeOptions& o, const PointSpec& spec) {
+  return LinkParams{o.bandwidth_mbps * 1e6 / 8, spec.latency_ms * 1e-3};
+}
+
+netem::LinkSpec netem_link(const LinkParams& link) {
+  return {.bandwidth_bytes_per_s = link.bytes_per_second,
+          .latency = std::chrono::duration_cast<netem::Duration>(std::chrono::duration<double>(link.one_way_latency_s))};
+}
+
+// The traffic's bytes with the stage's compute time.
+template <Stage S>
+MicrobatchCost cost_of(const Traffic& traffic, const PointStage<S>& point) {
+  MicrobatchCost cost = traffic.bytes;
+  cost.forward_compute_s = point.forward_s;
+  cost.backward_compute_s = point.backward_s;
+  return cost;
+}
+
+int in_flight_for(const SquareCubeOptions& o, const PointSpec& spec, const MicrobatchCost& cost) {
+  return std::min(o.max_in_flight, in_flight_to_cover(cost, link_of(o, spec)));
+}
+
 // Serves `stage` as a peer does and drives it over the emulated link.
 template <Stage S>
 Result<PointResult> measure(const SquareCubeOptions& o, const PointSpec& spec, PointStage<S> point,
-                            std::shared_ptr<std::atomic<int64_t>> busy_ns, int in_flight) {
-  const int64_t width = boundary_width(spec);
-  SWARM_ASSIGN_OR_RETURN(Traffic traffic, traffic_for(o, width, spec.variant.codec));
+                            const Traffic& traffic, int in_flight) {
+  auto busy_ns = std::make_shared<std::atomic<int64_t>>(0);
   PointResult r;
   r.spec = spec;
   r.layers = spec.real_compute ? o.real_layers : o.layers;
-  r.cost = traffic.bytes;
-  r.cost.forward_compute_s = point.forward_s;
-  r.cost.backward_compute_s = point.backward_s;
-  const LinkParams link{o.bandwidth_mbps * 1e6 / 8, spec.latency_ms * 1e-3};
+  r.cost = cost_of(traffic, point);
+  const LinkParams link = link_of(o, spec);
   r.in_flight = in_flight;
   r.prediction = predict(r.cost, link, in_flight);
   const double tokens = static_cast<double>(o.microbatch) * o.seq;
@@ -239,8 +258,7 @@ Result<PointResult> measure(const SquareCubeOptions& o, const PointSpec& spec, P
   SWARM_RETURN_IF_ERROR(server.serve(validating_handler(
       wire::Limits{}, std::make_shared<wire::ValidationCounters>(),
       [&](const PeerIdentity&, const wire::DecodedMessage& m) { return service.handle(m); })));
-  NetemOptions netem{.up = {.bandwidth_bytes_per_s = link.bytes_per_second, .latency = std::chrono::duration_cast<netem::Duration>(std::chrono::duration<double>(link.one_way_latency_s))},
-                     .down = {.bandwidth_bytes_per_s = link.bytes_per_second, .latency = std::chrono::duration_cast<netem::Duration>(std::chrono::duration<double>(link.one_way_latency_s))}};
+  NetemOptions netem{.up = netem_link(link), .down = netem_link(link)};
   SWARM_ASSIGN_OR_RETURN(auto client, Link::connect(server.address(), NetemClientOptions(netem)));
 
   const double rate = std::max(r.prediction.microbatches_per_s, 1e-3);
@@ -260,11 +278,6 @@ Result<PointResult> measure(const SquareCubeOptions& o, const PointSpec& spec, P
     r.predicted_tokens_per_s = r.prediction.microbatches_per_s * tokens;
   }
   return r;
-}
-
-int in_flight_for(const SquareCubeOptions& o, const PointSpec& spec, const MicrobatchCost& cost) {
-  const LinkParams link{o.bandwidth_mbps * 1e6 / 8, spec.latency_ms * 1e-3};
-  return std::min(o.max_in_flight, in_flight_to_cover(cost, link));
 }
 
 }  // namespace
@@ -326,29 +339,21 @@ Status validate(const SquareCubeOptions& o) {
 }
 
 Result<PointResult> run_point(const SquareCubeOptions& o, const PointSpec& spec) {
-  auto busy = std::make_shared<std::atomic<int64_t>>(0);
+  const int64_t width = boundary_width(spec);
+  SWARM_ASSIGN_OR_RETURN(Traffic traffic, traffic_for(o, width, spec.variant.codec));
   if (!spec.real_compute) {
     SWARM_ASSIGN_OR_RETURN(auto point, emulated_stage(o, spec));
-    MicrobatchCost cost;
-    SWARM_ASSIGN_OR_RETURN(Traffic traffic, traffic_for(o, boundary_width(spec), spec.variant.codec));
-    cost = traffic.bytes;
-    cost.forward_compute_s = point.forward_s;
-    cost.backward_compute_s = point.backward_s;
-    return measure(o, spec, std::move(point), busy, in_flight_for(o, spec, cost));
+    const int in_flight = in_flight_for(o, spec, cost_of(traffic, point));
+    return measure(o, spec, std::move(point), traffic, in_flight);
   }
   SWARM_ASSIGN_OR_RETURN(auto gpt, real_gpt_stage(o, spec));
   PointStage<gpt::GptStage<CpuBackend>> point{std::move(gpt)};
   // The compute time sets the in-flight count and the count sets whether a backward
   // finds its forward parked: calibrate with a guess, then again with the count it gives.
-  const int64_t width = boundary_width(spec);
-  SWARM_ASSIGN_OR_RETURN(Traffic traffic, traffic_for(o, width, spec.variant.codec));
   SWARM_RETURN_IF_ERROR(calibrate(point.stage, o, width, 2, &point));
-  MicrobatchCost cost = traffic.bytes;
-  cost.forward_compute_s = point.forward_s;
-  cost.backward_compute_s = point.backward_s;
-  const int in_flight = in_flight_for(o, spec, cost);
+  const int in_flight = in_flight_for(o, spec, cost_of(traffic, point));
   SWARM_RETURN_IF_ERROR(calibrate(point.stage, o, width, in_flight, &point));
-  return measure(o, spec, std::move(point), busy, in_flight);
+  return measure(o, spec, std::move(point), traffic, in_flight);
 }
 
 Status run_square_cube(const SquareCubeOptions& o, const std::function<void(const std::string&)>& progress) {
