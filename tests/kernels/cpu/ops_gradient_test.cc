@@ -247,5 +247,25 @@ TEST_CASE("backward kernels give bit-identical results at 1 and 2 threads") {
   CHECK(one == two);
 }
 
+TEST_CASE("GEMMs give bit-identical results at 1 and 2 threads, large enough for BLAS to split them") {
+  // 512 x 256 x 384 is ~100 MFLOP per GEMM: OpenBLAS runs it on every thread.
+  const int N = 512, C = 256, OC = 384;
+  auto x = random_vector(N * C, 70), w = random_vector(OC * C, 71), b = random_vector(OC, 72);
+  auto dout = random_vector(N * OC, 73);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<float> out(N * OC), dx(N * C, 0.5f), dw(OC * C, 0.25f), db(OC, 0.125f);
+    matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
+    matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, C, OC);
+    std::vector<float> all = out;
+    for (const auto* part : {&dx, &dw, &db}) all.insert(all.end(), part->begin(), part->end());
+    return all;
+  };
+  auto one = run(1);
+  auto two = run(2);
+  set_num_threads(0);
+  CHECK(one == two);
+}
+
 }  // namespace
 }  // namespace swarm::cpu
