@@ -97,22 +97,24 @@ Result<Tensor> Tensor::copy_of(const TensorView& source, Device device) {
   return tensor;
 }
 
-Status Tensor::copy_from(const TensorView& source) {
-  if (source.dtype() != dtype() || !(source.shape() == shape())) {
-    return invalid_argument("copy from {} into {}", source.describe(), view_.describe());
+Status copy_view(const TensorView& dst, const TensorView& src) {
+  if (src.dtype() != dst.dtype() || !(src.shape() == dst.shape())) {
+    return invalid_argument("copy from {} into {}", src.describe(), dst.describe());
   }
-  if (device() == Device::cpu && source.device() == Device::cpu) {  // the hot path
-    if (size_bytes() != 0) std::memcpy(raw_data(), source.raw_data(), size_bytes());
+  if (dst.device() == Device::cpu && src.device() == Device::cpu) {  // the hot path
+    if (dst.size_bytes() != 0) std::memcpy(dst.raw_data(), src.raw_data(), dst.size_bytes());
     return Status::ok();
   }
   // Whichever side is not the host owns the copy engine.
-  Device engine = device() != Device::cpu ? device() : source.device();
+  Device engine = dst.device() != Device::cpu ? dst.device() : src.device();
   DeviceAllocator* allocator = device_allocator(engine);
   if (allocator == nullptr) {
     return unavailable("no allocator registered for {} tensors", device_name(engine));
   }
-  return allocator->copy(raw_data(), device(), source.raw_data(), source.device(), size_bytes());
+  return allocator->copy(dst.raw_data(), dst.device(), src.raw_data(), src.device(), dst.size_bytes());
 }
+
+Status Tensor::copy_from(const TensorView& source) { return copy_view(view_, source); }
 
 Tensor Tensor::clone() const {
   if (!defined()) return {};

@@ -90,6 +90,9 @@ class TensorView {
   Device device_ = Device::cpu;
 };
 
+// Element-wise copy between views of identical dtype and shape, on any devices.
+Status copy_view(const TensorView& dst, const TensorView& src);
+
 class Tensor {
  public:
   Tensor() = default;

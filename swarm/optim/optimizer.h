@@ -31,6 +31,10 @@ struct ParamRef {
   bool apply_weight_decay = true; // false for biases and norm gains
 };
 
+// The update rule of an optimizer: AdamW (solo steps, swarm train's default) or
+// LAMB (the swarm's global steps).
+enum class Rule { adamw, lamb };
+
 // Defaults are the SWARM paper's.
 struct OptimizerConfig {
   float beta1 = 0.9f;

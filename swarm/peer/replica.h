@@ -7,6 +7,11 @@
 // or moves its replica to another device, swaps in a new Replica without touching
 // its server, batcher or announcer.
 //
+// The replica never reads parameters or gradients itself: they stay on the device
+// the stage computes on. The optimizer steps run in a ParameterUpdater for that
+// device (the stage names it as `updater_type`; host stages get HostUpdater), and
+// the all-reduce, the hash and checkpoints reach the host through stage_state.h.
+//
 // A backward's gradient and its samples are added in one critical section, at most
 // once per microbatch id, and only if its deadline has not passed by the end of
 // the compute (otherwise the gradients are put back as they were). The replica
@@ -15,7 +20,7 @@
 //   auto replica = std::make_shared<Replica<GptStage<CpuBackend>>>(0, std::move(stage), optimizer);
 //   auto out = replica->forward(input, nullptr);
 //   auto grad = replica->backward(input, grad_output, BackwardTicket{id, deadline_ms, 8});
-//   Replica<...>::Gradients g = replica->take_gradients();   // then all-reduce g.mean
+//   SWARM_ASSIGN_OR_RETURN(auto g, replica->take_gradients());   // then all-reduce g.mean
 #pragma once
 
 #include <atomic>
@@ -30,8 +35,11 @@
 #include <vector>
 
 #include "swarm/api/stage.h"
+#include "swarm/api/updater.h"
 #include "swarm/checkpoint/checkpoint.h"
+#include "swarm/core/log.h"
 #include "swarm/core/status.h"
+#include "swarm/optim/host_updater.h"
 #include "swarm/optim/lr_schedule.h"
 #include "swarm/optim/optimizer.h"
 #include "swarm/peer/stage_state.h"
@@ -49,7 +57,23 @@ struct BackwardTicket {
   std::function<void()> after_compute;
 };
 
-template <Stage S>
+namespace detail {
+template <typename S>
+struct updater_of {
+  using type = optim::HostUpdater;
+};
+template <typename S>
+  requires requires { typename S::updater_type; }
+struct updater_of<S> {
+  using type = typename S::updater_type;
+};
+}  // namespace detail
+
+// The updater of a stage's device: S::updater_type, or HostUpdater.
+template <typename S>
+using stage_updater_t = typename detail::updater_of<S>::type;
+
+template <Stage S, ParameterUpdater U = stage_updater_t<S>>
 class Replica {
  public:
   static constexpr size_t kRecentHashes = 16;
@@ -58,8 +82,12 @@ class Replica {
   static constexpr size_t kRememberedMicrobatches = 16384;
 
   Replica(int stage_index, S stage, const optim::OptimizerConfig& optimizer)
-      : stage_index_(stage_index), stage_(std::move(stage)), adamw_(optimizer), lamb_(optimizer) {
-    params_hash_ = parameters_hash(stage_);
+      : stage_index_(stage_index),
+        stage_(std::move(stage)),
+        solo_(optimizer, optim::Rule::adamw),
+        global_(optimizer, optim::Rule::lamb) {
+    // A device that cannot copy its weights out fails every later call as well.
+    params_hash_ = parameters_hash(stage_).value_or(0);
     remember_hash();
   }
 
@@ -136,10 +164,12 @@ class Replica {
 
   // The mean accumulated gradient; the accumulators start again from zero, so
   // samples that arrive during a round count toward the next step.
-  Gradients take_gradients() {
+  // An error (the device could not copy them out) leaves them accumulated.
+  Result<Gradients> take_gradients() {
     std::lock_guard lock(mu_);
-    Gradients out{flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_)),
-                  sample_ledger().samples_pending, params_hash_};
+    SWARM_ASSIGN_OR_RETURN(std::vector<float> mean,
+                           flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_)));
+    Gradients out{std::move(mean), sample_ledger().samples_pending, params_hash_};
     (void)stage_.zero_grad();
     accumulated_microbatches_ = 0;
     change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_in_round); });
@@ -151,25 +181,19 @@ class Replica {
   // The round's samples (those of the last take_gradients) are stepped or lost.
   Status apply_global_step(std::span<const float> averaged, const optim::LrSchedule& schedule) {
     std::lock_guard lock(mu_);
-    std::vector<optim::ParamRef> refs;
-    size_t offset = 0;
-    for (auto& view : stage_.parameter_views()) {
-      if (offset + static_cast<size_t>(view.value.numel()) > averaged.size()) {
-        change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
-        return invalid_argument("averaged gradient of {} values is too short for the stage", averaged.size());
-      }
-      TensorView grad(const_cast<float*>(averaged.data()) + offset, DType::f32, view.value.shape(), Device::cpu);
-      offset += static_cast<size_t>(view.value.numel());
-      refs.push_back({view.name, view.value, grad, view.apply_weight_decay});
+    if (averaged.size() != static_cast<size_t>(swarm::parameter_count(stage_))) {
+      change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
+      return invalid_argument("an averaged gradient of {} values for a stage of {}", averaged.size(),
+                              swarm::parameter_count(stage_));
     }
     const int64_t next = step_.load() + 1;
-    Status stepped = lamb_.step(refs, schedule.lr_at(next));
+    Status stepped = global_.step_with_gradients(stage_.parameter_views(), averaged, schedule.lr_at(next));
     change_ledger([&](protocol::SampleLedger& l) {
       move_samples(l.samples_in_round, stepped.is_ok() ? l.samples_stepped : l.samples_lost_nonfinite);
     });
     drop_cached_activations(stage_);
     step_ = next;
-    params_hash_ = parameters_hash(stage_);
+    params_hash_ = parameters_hash(stage_).value_or(0);
     ++optimizer_steps_;
     remember_hash();
     return stepped;
@@ -179,11 +203,9 @@ class Replica {
   Result<bool> maybe_local_step(int64_t every, float peak_lr, int64_t warmup_steps) {
     std::lock_guard lock(mu_);
     if (sample_ledger().samples_pending < every) return false;
-    std::vector<optim::ParamRef> refs;
-    for (auto& view : stage_.parameter_views()) refs.push_back({view.name, view.value, view.grad, view.apply_weight_decay});
     const double warmup =
-        warmup_steps > 0 ? std::min(1.0, double(adamw_.steps_taken() + 1) / double(warmup_steps)) : 1.0;
-    Status status = adamw_.step(refs, static_cast<float>(peak_lr * warmup));
+        warmup_steps > 0 ? std::min(1.0, double(solo_.steps_taken() + 1) / double(warmup_steps)) : 1.0;
+    Status status = solo_.step(stage_.parameter_views(), static_cast<float>(peak_lr * warmup));
     (void)stage_.zero_grad();
     drop_cached_activations(stage_);  // forwards kept for a later backward used the old weights
     accumulated_microbatches_ = 0;
@@ -199,9 +221,9 @@ class Replica {
   // anything changes. Accumulated gradients are dropped (they belong to other weights).
   Status load(const Checkpoint& state) {
     std::lock_guard lock(mu_);
-    SWARM_RETURN_IF_ERROR(load_stage_checkpoint(stage_, lamb_, state));
+    SWARM_RETURN_IF_ERROR(load_stage_checkpoint(stage_, global_, state));
     step_ = state.step;
-    params_hash_ = parameters_hash(stage_);
+    SWARM_ASSIGN_OR_RETURN(params_hash_, parameters_hash(stage_));
     (void)stage_.zero_grad();
     drop_cached_activations(stage_);
     accumulated_microbatches_ = 0;
@@ -212,7 +234,8 @@ class Replica {
 
   Result<Checkpoint> checkpoint() {
     std::lock_guard lock(mu_);
-    return stage_checkpoint(stage_, lamb_, step_.load());
+    SWARM_ASSIGN_OR_RETURN(OptimizerState optimizer_state, global_.export_state());
+    return stage_checkpoint(stage_, optimizer_state, step_.load());
   }
 
   int64_t step() const { return step_.load(); }
@@ -263,18 +286,21 @@ class Replica {
       return already_exists("microbatch {:016x} was already accumulated by this replica", ticket.microbatch_id);
     }
     if (Status timely = expired(ticket); !timely.is_ok()) return timely;
-    save_gradients();
+    SWARM_RETURN_IF_ERROR(save_gradients());  // refused before any compute
     auto result = compute();
     if (ticket.after_compute) ticket.after_compute();
     Status done = result.is_ok() ? expired(ticket) : result.status();
     // Finite inputs can still overflow (1e30 times 1e10): such a backward would spoil
     // every sample of the step beside it, and its reply could not be encoded anyway.
-    if (done.is_ok() && !(finite_outputs(*result) && gradients_finite())) {
+    if (done.is_ok() && !(finite_outputs(*result) && gradients_finite(stage_).value_or(false))) {
       done = invalid_argument("backward of microbatch {:016x} overflowed to a non-finite value; not accumulated",
                               ticket.microbatch_id);
     }
     if (!done.is_ok()) {
-      restore_gradients();
+      // Only a failing device cannot copy them back; say so rather than hide it.
+      if (Status restored = restore_gradients(); !restored.is_ok()) {
+        log_warn("replica of stage {}: could not restore gradients: {}", stage_index_, restored.to_string());
+      }
       return done;
     }
     remember_microbatch(ticket.microbatch_id);
@@ -298,16 +324,6 @@ class Replica {
   static bool finite_outputs(const std::pair<Tensor, Tensor>& loss_and_grad) {
     return finite(loss_and_grad.first) && finite(loss_and_grad.second);
   }
-  bool gradients_finite() {
-    for (const auto& view : stage_.parameter_views()) {
-      const float* g = static_cast<const float*>(view.grad.raw_data());
-      for (int64_t i = 0; i < view.grad.numel(); ++i) {
-        if (!std::isfinite(g[i])) return false;
-      }
-    }
-    return true;
-  }
-
   Status expired(const BackwardTicket& ticket) {
     const int64_t now = protocol::unix_millis_now();
     if (ticket.deadline_unix_ms > now) return Status::ok();
@@ -317,28 +333,16 @@ class Replica {
   }
 
   // With nothing accumulated the gradients are zero: no copy to take (half the
-  // backwards at two microbatches per step). Otherwise one pass over the
-  // gradients, small beside the backward that writes them.
-  void save_gradients() {
-    if (accumulated_microbatches_ == 0) return;
-    saved_gradients_.clear();
-    for (const auto& view : stage_.parameter_views()) {
-      const float* g = static_cast<const float*>(view.grad.raw_data());
-      saved_gradients_.insert(saved_gradients_.end(), g, g + view.grad.numel());
-    }
+  // backwards at two microbatches per step). Otherwise one copy of the
+  // gradients on their device, small beside the backward that writes them.
+  Status save_gradients() {
+    if (accumulated_microbatches_ == 0) return Status::ok();
+    return snapshot_gradients(stage_, saved_gradients_);
   }
 
-  void restore_gradients() {
-    if (accumulated_microbatches_ == 0) {
-      (void)stage_.zero_grad();
-      return;
-    }
-    size_t offset = 0;
-    for (const auto& view : stage_.parameter_views()) {
-      const size_t n = static_cast<size_t>(view.grad.numel());
-      std::memcpy(view.grad.raw_data(), saved_gradients_.data() + offset, n * sizeof(float));
-      offset += n;
-    }
+  Status restore_gradients() {
+    if (accumulated_microbatches_ == 0) return stage_.zero_grad();
+    return swarm::restore_gradients(stage_, saved_gradients_);
   }
 
   void remember_microbatch(uint64_t id) {
@@ -353,14 +357,14 @@ class Replica {
   const int stage_index_;
   mutable std::mutex mu_;
   S stage_;
-  optim::AdamW adamw_;  // solo mode
-  optim::Lamb lamb_;    // global steps
+  U solo_;    // AdamW, solo mode
+  U global_;  // LAMB, global steps; checkpoints and downloads carry its state
   std::atomic<int64_t> step_{0};
   std::atomic<int64_t> optimizer_steps_{0};
   uint64_t params_hash_ = 0;
   std::deque<std::pair<int64_t, uint64_t>> recent_hashes_;
   int64_t accumulated_microbatches_ = 0;  // toward step_ + 1
-  std::vector<float> saved_gradients_;    // reused across backwards
+  std::vector<Tensor> saved_gradients_;   // on the stage's device
   std::unordered_set<uint64_t> seen_microbatches_;
   std::deque<uint64_t> seen_order_;        // oldest first, to forget them in order
   mutable std::mutex ledger_mu_;

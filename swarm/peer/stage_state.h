@@ -1,4 +1,6 @@
-// stage_state: a stage replica's state as one flat gradient, one hash and one Checkpoint.
+// stage_state: a stage replica's state as one flat gradient, one hash and one Checkpoint,
+// whatever device the stage computes on (parameters on a device reach the host
+// through host_view()).
 //
 // The averaging round needs the accumulated gradients as one vector (in
 // parameter_views() order, the same on every replica), the replica invariant needs
@@ -6,18 +8,21 @@
 // optimizer state as a Checkpoint. These helpers are the one place that knows the
 // naming: "param/<name>" for parameters, "optim/<entry>" for optimizer state.
 //
-//   std::vector<float> mean = swarm::flatten_gradients(stage, /*divide_by=*/microbatches);
-//   uint64_t hash = swarm::parameters_hash(stage);
-//   SWARM_ASSIGN_OR_RETURN(swarm::Checkpoint state, swarm::stage_checkpoint(stage, optimizer, step));
+//   SWARM_ASSIGN_OR_RETURN(std::vector<float> mean, swarm::flatten_gradients(stage, /*divide_by=*/microbatches));
+//   SWARM_ASSIGN_OR_RETURN(uint64_t hash, swarm::parameters_hash(stage));
+//   SWARM_ASSIGN_OR_RETURN(swarm::Checkpoint state, swarm::stage_checkpoint(stage, *updater.export_state(), step));
 #pragma once
 
-#include <cstring>
+#include <algorithm>
+#include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "swarm/api/stage.h"
+#include "swarm/api/updater.h"
 #include "swarm/checkpoint/checkpoint.h"
 #include "swarm/core/status.h"
-#include "swarm/api/stage.h"
 
 namespace swarm {
 
@@ -31,59 +36,103 @@ int64_t parameter_count(S& stage) {
   return total;
 }
 
-// The accumulated gradients, concatenated, each divided by `divide_by` (>= 1).
+// A host view of `view`: the view itself on the CPU, else a host copy that
+// `staging` keeps alive. Parameters and gradients on a device reach the host
+// only through this, for the all-reduce, the hash and checkpoints.
+inline Result<TensorView> host_view(const TensorView& view, Tensor& staging) {
+  if (view.device() == Device::cpu) return view;
+  SWARM_ASSIGN_OR_RETURN(staging, Tensor::copy_of(view, Device::cpu));
+  return staging.view();
+}
+
+// The accumulated gradients, concatenated, each divided by `divide_by` (>= 1),
+// on the host whatever device the stage computes on.
 template <Stage S>
-std::vector<float> flatten_gradients(S& stage, double divide_by) {
+Result<std::vector<float>> flatten_gradients(S& stage, double divide_by) {
   std::vector<float> out;
   out.reserve(static_cast<size_t>(parameter_count(stage)));
   const float scale = static_cast<float>(1.0 / std::max(1.0, divide_by));
+  Tensor staging;
   for (const auto& view : stage.parameter_views()) {
-    const float* g = static_cast<const float*>(view.grad.raw_data());
-    for (int64_t i = 0; i < view.grad.numel(); ++i) out.push_back(g[i] * scale);
+    SWARM_ASSIGN_OR_RETURN(TensorView grad, host_view(view.grad, staging));
+    for (float g : grad.span<const float>()) out.push_back(g * scale);
   }
   return out;
 }
 
-// Puts a snapshot taken by flatten_gradients(stage, divide_by) back into the
-// accumulators (adding, since new gradients may have arrived since).
+// Of the fp32 master weights, on the host: the same on every device.
 template <Stage S>
-void restore_gradients(S& stage, const std::vector<float>& mean, double divide_by) {
-  const float scale = static_cast<float>(std::max(1.0, divide_by));
-  size_t offset = 0;
-  for (const auto& view : stage.parameter_views()) {
-    float* g = static_cast<float*>(view.grad.raw_data());
-    for (int64_t i = 0; i < view.grad.numel(); ++i) g[i] += mean[offset + static_cast<size_t>(i)] * scale;
-    offset += static_cast<size_t>(view.grad.numel());
+Result<uint64_t> parameters_hash(S& stage) {
+  auto views = stage.parameter_views();
+  std::vector<Tensor> staging(views.size());
+  std::vector<NamedTensorView> named;
+  for (size_t i = 0; i < views.size(); ++i) {
+    SWARM_ASSIGN_OR_RETURN(TensorView value, host_view(views[i].value, staging[i]));
+    named.push_back({views[i].name, value});
   }
+  return content_hash(named);
+}
+
+// True when every accumulated gradient is finite.
+template <Stage S>
+Result<bool> gradients_finite(S& stage) {
+  Tensor staging;
+  for (const auto& view : stage.parameter_views()) {
+    SWARM_ASSIGN_OR_RETURN(TensorView grad, host_view(view.grad, staging));
+    for (float g : grad.span<const float>()) {
+      if (!std::isfinite(g)) return false;
+    }
+  }
+  return true;
+}
+
+// A copy of the gradient accumulators on their own device, to put back when a
+// backward must not count. Reuses the buffers of the last snapshot in `into`.
+template <Stage S>
+Status snapshot_gradients(S& stage, std::vector<Tensor>& into) {
+  auto views = stage.parameter_views();
+  into.resize(views.size());
+  for (size_t i = 0; i < views.size(); ++i) {
+    const TensorView& grad = views[i].grad;
+    Tensor& copy = into[i];
+    if (!copy.defined() || copy.device() != grad.device() || copy.dtype() != grad.dtype() ||
+        !(copy.shape() == grad.shape())) {
+      SWARM_ASSIGN_OR_RETURN(copy, Tensor::empty(grad.shape(), grad.dtype(), grad.device()));
+    }
+    SWARM_RETURN_IF_ERROR(copy.copy_from(grad));
+  }
+  return Status::ok();
 }
 
 template <Stage S>
-uint64_t parameters_hash(S& stage) {
-  std::vector<NamedTensorView> views;
-  for (const auto& view : stage.parameter_views()) views.push_back({view.name, view.value});
-  return content_hash(views);
+Status restore_gradients(S& stage, const std::vector<Tensor>& snapshot) {
+  auto views = stage.parameter_views();
+  if (views.size() != snapshot.size()) return internal("a gradient snapshot of another stage");
+  for (size_t i = 0; i < views.size(); ++i) SWARM_RETURN_IF_ERROR(copy_view(views[i].grad, snapshot[i]));
+  return Status::ok();
 }
 
-template <Stage S, typename Optimizer>
-Result<Checkpoint> stage_checkpoint(S& stage, const Optimizer& optimizer, int64_t step) {
+template <Stage S>
+Result<Checkpoint> stage_checkpoint(S& stage, const OptimizerState& optimizer_state, int64_t step) {
   Checkpoint checkpoint;
   checkpoint.step = step;
   for (const auto& view : stage.parameter_views()) {
-    SWARM_ASSIGN_OR_RETURN(Tensor copy, Tensor::copy_of(view.value));
+    SWARM_ASSIGN_OR_RETURN(Tensor copy, Tensor::copy_of(view.value, Device::cpu));
     checkpoint.tensors.push_back({std::string(kParamPrefix) + view.name, std::move(copy)});
   }
-  for (auto& [name, tensor] : optimizer.export_state()) {
-    checkpoint.tensors.push_back({std::string(kOptimizerPrefix) + name, std::move(tensor)});
+  for (const auto& [name, tensor] : optimizer_state) {
+    checkpoint.tensors.push_back({std::string(kOptimizerPrefix) + name, tensor});
   }
   return checkpoint;
 }
 
-// Copies parameters and optimizer state in; checks every parameter is present with
-// its shape before changing anything, so a wrong checkpoint leaves the stage as it was.
-template <Stage S, typename Optimizer>
-Status load_stage_checkpoint(S& stage, Optimizer& optimizer, const Checkpoint& checkpoint) {
+// Copies parameters and optimizer state in, onto the stage's device; checks every
+// parameter is present with its shape before changing anything, so a wrong
+// checkpoint leaves the stage as it was.
+template <Stage S, ParameterUpdater U>
+Status load_stage_checkpoint(S& stage, U& updater, const Checkpoint& checkpoint) {
   std::map<std::string, const Tensor*> params;
-  std::vector<std::pair<std::string, Tensor>> optimizer_state;
+  OptimizerState optimizer_state;
   for (const auto& named : checkpoint.tensors) {
     if (named.name.starts_with(kParamPrefix)) {
       params[named.name.substr(kParamPrefix.size())] = &named.tensor;
@@ -102,10 +151,8 @@ Status load_stage_checkpoint(S& stage, Optimizer& optimizer, const Checkpoint& c
       return invalid_argument("parameter {}: the checkpoint's shape or dtype differs from the stage's", view.name);
     }
   }
-  SWARM_RETURN_IF_ERROR(optimizer.import_state(optimizer_state));
-  for (const auto& view : views) {
-    std::memcpy(view.value.raw_data(), params[view.name]->raw_data(), view.value.size_bytes());
-  }
+  SWARM_RETURN_IF_ERROR(updater.import_state(optimizer_state));
+  for (const auto& view : views) SWARM_RETURN_IF_ERROR(copy_view(view.value, *params[view.name]));
   return Status::ok();
 }
 

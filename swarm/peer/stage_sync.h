@@ -611,7 +611,12 @@ class StageSync {
 
   void run_round() {
     const int64_t step = replica_->step();
-    typename Replica<S>::Gradients gradients = replica_->take_gradients();
+    auto taken = replica_->take_gradients();
+    if (!taken.is_ok()) {
+      log_warn("peer {}: no round for step {}: {}", config_.peer_id, step, taken.status().to_string());
+      return;
+    }
+    typename Replica<S>::Gradients gradients = std::move(taken).value();
     round_nonce_ = nonce_source_.next() | 1;  // never 0, which means "not seen"
     (void)publish_progress(true, gradients.samples);
     if (!gather(step, gradients.samples)) return;

@@ -223,7 +223,7 @@ TEST_CASE("a peer drops work whose deadline passed, before or during its compute
 using SlowReplica = Replica<SlowStage>;
 
 std::vector<float> gradients_of(SlowReplica& replica) {
-  return replica.exclusive([](SlowStage& stage) { return flatten_gradients(stage, 1.0); });
+  return replica.exclusive([](SlowStage& stage) { return *flatten_gradients(stage, 1.0); });
 }
 
 struct ReplicaFixture {
@@ -288,7 +288,7 @@ TEST_CASE("the ledger follows every sample: into a round, then stepped, lost wit
   const auto check_balanced = [&] { CHECK(f.replica.sample_ledger().unaccounted() == 0); };
 
   accumulate(2);
-  auto taken = f.replica.take_gradients();
+  auto taken = *f.replica.take_gradients();
   CHECK(taken.samples == 2 * kRows);  // the count of exactly the gradients taken
   CHECK(f.replica.sample_ledger().samples_in_round == 2 * kRows);
   accumulate(1);  // arrives during the round: toward the next step
@@ -297,13 +297,13 @@ TEST_CASE("the ledger follows every sample: into a round, then stepped, lost wit
   CHECK(f.replica.sample_ledger().samples_pending == kRows);
   check_balanced();
 
-  taken = f.replica.take_gradients();
+  taken = *f.replica.take_gradients();
   f.replica.lose_round_samples();
   CHECK(f.replica.sample_ledger().samples_lost_failed_round == kRows);
   check_balanced();
 
   accumulate(1);
-  taken = f.replica.take_gradients();
+  taken = *f.replica.take_gradients();
   std::vector<float> poisoned(taken.mean.size(), std::nanf(""));
   CHECK_FALSE(f.replica.apply_global_step(poisoned, schedule).is_ok());
   CHECK(f.replica.sample_ledger().samples_lost_nonfinite == kRows);
