@@ -124,6 +124,8 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
     args.push_back("--boundary");
     args.push_back(gpt::format_boundary_layers(o.model.boundaries));
   }
+  const std::vector<std::string> compute = compute_flags(o.compute);
+  args.insert(args.end(), compute.begin(), compute.end());
   args.insert(args.end(), sync.begin(), sync.end());
   return args;
 }
@@ -576,6 +578,8 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     // A run from before gradients had their own codec sent them in its codec.
     o->gradient_codec = config.value("gradient_codec", o->codec);
     o->rebalance_period_seconds = config.value("rebalance_period_seconds", o->rebalance_period_seconds);
+    // Not --device, --precision or --attention: they say where this machine
+    // computes, and the stage checkpoints load on any of them.
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument("{}/config.json: {}", dir.string(), e.what());
   }
@@ -610,7 +614,10 @@ Status check_options(const LocalSwarmOptions& o) {
   }
   SWARM_RETURN_IF_ERROR(parse_wire_codecs(o.codec, o.gradient_codec).status());
   SWARM_RETURN_IF_ERROR(o.model.validate());
-  return gpt::partition_layers(o.model, o.stages).status();
+  SWARM_RETURN_IF_ERROR(gpt::partition_layers(o.model, o.stages).status());
+  // The peers would each fail the same way; say it once, before any starts.
+  SWARM_ASSIGN_OR_RETURN(ComputeBackend backend, parse_compute(o.compute));
+  return o.bootstrap.empty() ? ensure_compute_device(backend) : Status::ok();
 }
 
 // --slow-peer STAGE:FACTOR; stage -1 when not given.
@@ -676,6 +683,9 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"transport", "zmq"},
       {"codec", o.codec},
       {"gradient_codec", gradient_codec_name(o.codec, o.gradient_codec)},
+      {"device", o.compute.device},
+      {"precision", o.compute.precision},
+      {"attention", o.compute.attention},
       {"registry", "opendht"},
       {"router", "stochastic_wiring"},
   };

@@ -8,6 +8,8 @@
 //   auto report = swarm::apps::run_local_swarm(options, print_line);
 #pragma once
 
+#include "apps/compute_options.h"
+
 #include <functional>
 #include <string>
 #include <string_view>
@@ -51,6 +53,7 @@ struct LocalSwarmOptions {
   // gives the model and swarm; --steps says where to stop).
   std::string resume;
   int max_batch = 1;              // peers batch up to this many concurrent forwards
+  ComputeOptions compute;         // every peer's --device, --precision, --attention
   std::string codec = "8bit";     // activations and all-reduce parts: 8bit|4bit|fp16|bf16|none
   std::string gradient_codec;     // the backward's gradients; empty: codec
   int eval_windows = 32;

@@ -1,4 +1,5 @@
-// local_training: train a GPT in one process on the CPU backend (`swarm train`).
+// local_training: train a GPT in one process (`swarm train`), on the CPU backend
+// or, with --device cuda, on a CUDA one.
 //
 // The whole model runs as the composition of its stages, so this is the
 // swarm's math without the network: the reference that swarm runs are compared
@@ -14,15 +15,18 @@
 #include <string_view>
 #include <vector>
 
+#include "apps/compute_options.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/config.h"
 #include "models/gpt/gpt_model.h"
 #include "swarm/core/status.h"
+#include "swarm/optim/optimizer.h"
 
 namespace swarm::apps {
 
 struct LocalTrainingOptions {
   gpt::GptConfig model;                  // defaults: d_model 128, 4 layers, 4 heads, seq 128
+  ComputeOptions compute;                // --device, --precision, --attention
   std::string data_path;                 // empty: the fortunes corpus
   bool gpt2_tokens = false;              // data_path is an llm.c .bin token file
   int batch_size = 16;
@@ -57,7 +61,11 @@ struct TrainingReport {
 
 using ProgressSink = std::function<void(std::string_view line)>;
 
+// Fails at once (unavailable, naming CUDA) when --device cuda finds no usable GPU.
 Result<TrainingReport> train_locally(const LocalTrainingOptions& options, const ProgressSink& progress);
+Result<TrainingReport> train_locally_on_cuda(ComputeBackend backend, const LocalTrainingOptions& options,
+                                             const optim::OptimizerConfig& config, optim::Rule rule,
+                                             const ProgressSink& progress);
 
 // Samples `length` bytes after `prompt` from a byte-level model (vocab 256).
 Result<std::string> sample_text(gpt::GptModel<CpuBackend>& model, std::string_view prompt,

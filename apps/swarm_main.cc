@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "apps/bench/bench_command.h"
+#include "apps/compute_options.h"
 #include "apps/local_swarm.h"
 #include "apps/sim/sim_command.h"
 #include "apps/local_training.h"
@@ -123,6 +124,19 @@ void add_model_options(CLI::App* command, swarm::gpt::GptConfig* model) {
       "per boundary, comma-separated");
 }
 
+void add_compute_options(CLI::App* command, swarm::apps::ComputeOptions* compute) {
+  command->add_option("--device", compute->device, "Where the stages compute: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  command->add_option("--precision", compute->precision,
+                      "Activations and compute weights: fp32 or bf16 (masters stay fp32; default: fp32 on cpu, "
+                      "bf16 on cuda)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  command->add_option("--attention", compute->attention, "Attention kernel on cuda: flash or cudnn (bf16 only)")
+      ->check(CLI::IsMember({"flash", "cudnn"}))
+      ->capture_default_str();
+}
+
 void add_secret_option(CLI::App* command, std::string* secret) {
   command->add_option("--secret", *secret,
                       "Swarm secret: CURVE on every connection, sealed registry records (default: $SWARM_SECRET; "
@@ -206,6 +220,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--clip", train.clip_norm, "Global gradient-norm clip (0: off)")->capture_default_str();
   train_cmd->add_option("--seed", train.seed, "Seed for weights, data order and sampling")->capture_default_str();
   train_cmd->add_option("--threads", train.threads, "CPU threads (0: all cores)")->capture_default_str();
+  add_compute_options(train_cmd, &train.compute);
   train_cmd->add_option("--eval-every", train.eval_every, "Steps between validation passes")->capture_default_str();
   train_cmd->add_option("--eval-windows", train.eval_windows, "Validation windows per pass")->capture_default_str();
   train_cmd->add_option("--log-every", train.log_every, "Steps between progress lines")->capture_default_str();
@@ -230,6 +245,7 @@ int main(int argc, char** argv) {
   CLI::App* local_cmd = app.add_subcommand(
       "local", "The main job: a whole swarm on this machine (OpenDHT registry, peer processes over ZeroMQ, trainers)");
   add_swarm_options(local_cmd, &local);
+  add_compute_options(local_cmd, &local.compute);
   local_cmd->add_option("--peers-per-stage", local.peers_per_stage, "Peer processes per stage")->capture_default_str();
   local_cmd->add_option("--lr", local.learning_rate, "Peak learning rate of the stages' LAMB steps")
       ->capture_default_str();
@@ -286,6 +302,7 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--bind", peer.bind, "ZeroMQ endpoint to serve on (default: tcp://HOST:*)");
   peer_cmd->add_option("--vocab", peer.model.vocab_size, "Vocabulary size")->capture_default_str();
   add_model_options(peer_cmd, &peer.model);
+  add_compute_options(peer_cmd, &peer.compute);
   peer_cmd->add_option("--seed", peer.seed, "Seed of the initial weights (same for a stage's peers)")
       ->capture_default_str();
   peer_cmd->add_option("--lr", peer.learning_rate, "Learning rate")->capture_default_str();

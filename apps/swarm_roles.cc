@@ -10,6 +10,8 @@
 
 #include <fmt/core.h>
 
+#include "apps/compute_options.h"
+#include "apps/peer_serving.h"
 #include "apps/swarm_access.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "models/gpt/gpt_stage.h"
@@ -83,8 +85,6 @@ int run_bootstrap(const std::string& host, uint16_t port, const std::string& sec
 
 namespace {
 
-using GptPeer = Peer<gpt::GptStage<CpuBackend>, ZmqTransport, DhtRegistry, compression::StandardCodecs>;
-
 // A peer without --stage joins where the swarm needs it most. A young DHT node may
 // not see the swarm yet: it looks a few times before concluding the swarm is empty.
 int choose_stage(DhtRegistry& registry, int num_stages) {
@@ -114,9 +114,16 @@ int run_peer(const PeerRoleOptions& options) {
                options.rebalance_period_seconds);
     return 1;
   }
-  StageFactory<gpt::GptStage<CpuBackend>> make_stage = [&options, layouts = *layouts](int index) {
-    return gpt::GptStage<CpuBackend>::create(options.model, layouts[index], options.seed);
-  };
+  const Result<ComputeBackend> backend = parse_compute(options.compute);
+  if (!backend.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", backend.status().message());
+    return 2;
+  }
+  // Before joining anything: a peer that cannot compute must not announce itself.
+  if (Status ready = ensure_compute_device(*backend); !ready.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", ready.message());
+    return 2;
+  }
   auto access = SwarmAccess::create(options.host, options.secret);
   if (!access.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", access.status().to_string());
@@ -173,28 +180,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.test_die_after_allreduce_sends = options.test_die_in_allreduce_after;
   config.test_die_after_state_chunks = options.test_die_after_state_chunks;
   config.test_die_by_signal = true;
-  GptPeer peer(config, make_stage, &*registry);
-  Status started = peer.start();
-  if (!started.is_ok()) {
-    fmt::print(stderr, "swarm peer: {}\n", started.to_string());
-    return 1;
-  }
-  fmt::print("peer {} serving stage {} of {} at {}{}{}\n", config.peer_id, stage, options.num_stages, peer.address(),
-             access->secured() ? " (CURVE)" : "",
-             config.rebalance_period_seconds > 0
-                 ? fmt::format(", rebalancing every {:g} s", config.rebalance_period_seconds)
-                 : std::string());
-  std::fflush(stdout);
-  while (!wait_for_stop(5)) {
-    PeerStats stats = peer.stats();
-    fmt::print("peer {}: stage {}, {} forward, {} backward, {} steps, {:.1f} samples/s, global step {}, params "
-               "{:016x}{}\n",
-               config.peer_id, stats.stage, stats.forward, stats.backward, stats.optimizer_steps, stats.throughput,
-               stats.global_step, stats.params_hash, stats.serving ? "" : " (re-syncing)");
-    std::fflush(stdout);
-  }
-  peer.stop();
-  return 0;
+  return serve_peer(*backend, PeerServing{options, *layouts, config, &*registry, access->secured()});
 }
 
 }  // namespace swarm::apps

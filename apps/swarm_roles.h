@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "apps/compute_options.h"
 #include "models/gpt/config.h"
 #include "swarm/api/codec.h"
 #include "swarm/core/status.h"
@@ -38,6 +39,7 @@ int run_bootstrap(const std::string& host, uint16_t port, const std::string& sec
 
 struct PeerRoleOptions {
   gpt::GptConfig model;
+  ComputeOptions compute;  // --device, --precision, --attention
   int stage = -1;  // -1: the stage the swarm needs most when it starts
   int num_stages = 2;
   // Seconds between rebalancing checks (jittered); 0: serve one stage for ever.

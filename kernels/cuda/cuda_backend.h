@@ -25,6 +25,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_attention.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/device_updater.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/layernorm.h"
@@ -55,6 +56,7 @@ struct CudaBackendT {
   using maxout_concept = maxout_t;
   using stream_type = CudaStream;
   using value_type = Value;
+  using updater_type = cuda::DeviceUpdater;  // steps the fp32 masters where they live
   static constexpr Device device = Device::cuda;
 
   static Status initialize() { return cuda::install_cuda_allocator(); }

@@ -25,6 +25,7 @@
 #include "models/gpt/config.h"
 #include "swarm/core/tensor.h"
 #include "swarm/api/stage.h"
+#include "swarm/api/updater.h"
 
 namespace swarm::gpt {
 
@@ -35,8 +36,10 @@ struct Parameter {
   bool apply_weight_decay = true;  // false for biases and LayerNorm gains
 };
 
+// A stage over a CUDA backend names the backend's updater (names_backend_updater),
+// so a Replica steps its parameters on the device.
 template <Backend B>
-class GptStage {
+class GptStage : public names_backend_updater<B> {
  public:
   using stage_concept = stage_t;
   using caching_stage_concept = caching_stage_t;

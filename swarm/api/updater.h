@@ -51,4 +51,14 @@ concept ParameterUpdater =
       { updater.import_state(state) } -> std::same_as<Status>;
     };
 
+// A mixin for stages over a backend B: the stage names B's updater when B has
+// one (the CUDA backends do), so a runtime steps it on B's device.
+template <typename B>
+struct names_backend_updater {};
+template <typename B>
+  requires requires { typename B::updater_type; }
+struct names_backend_updater<B> {
+  using updater_type = typename B::updater_type;
+};
+
 }  // namespace swarm
