@@ -146,6 +146,7 @@ class Peer {
       return invalid_argument("rebalancing needs a stage factory and at least 2 stages (num_stages {})",
                               config_.num_stages);
     }
+    SWARM_RETURN_IF_ERROR(check_device_of_stage(config_.stage_index));
     SWARM_ASSIGN_OR_RETURN(std::shared_ptr<StageParts> parts, make_parts(config_.stage_index));
     if (global_mode() && !config_.resume_from.empty()) SWARM_RETURN_IF_ERROR(resume(*parts));
     SWARM_RETURN_IF_ERROR(bind_servers());
@@ -215,6 +216,10 @@ class Peer {
     auto old = current();
     if (!old || !make_stage_ || to == old->index || to < 0 || to >= config_.num_stages || stopped_) return false;
     const int from = old->index;
+    if (Status same_device = check_device_of_stage(to); !same_device.is_ok()) {
+      log_warn("peer {}: not moving to stage {}: {}", config_.peer_id, to, same_device.message());
+      return false;
+    }
     log_info("peer {}: moving from stage {} to stage {}", config_.peer_id, from, to);
     leave_stage(*old, urgent);
     if (stopped_) return false;
@@ -575,12 +580,32 @@ class Peer {
     return wire::make_error_reply(request.header.request_id, request.header.stage, status);
   }
 
+  // Where this peer's replicas step their parameters.
+  static constexpr Device kUpdateDevice = stage_updater_t<S>::device;
+
+  // The replicas of one stage step on one device: the CUDA update was written
+  // to match the CPU's bit for bit, but no run has proven it, and a stage whose
+  // replicas drift apart splits into lineages. So a peer refuses a stage that
+  // peers of another device announce.
+  Status check_device_of_stage(int stage) {
+    const std::string own(device_name(kUpdateDevice));
+    for (const auto& [id, record] : read_stage_announcements(*registry_, config_.num_stages)) {
+      if (record.stage != stage || id == config_.peer_id || record.device == own) continue;
+      return failed_precondition(
+          "stage {} is served by peer {}, whose replica steps on {}; this peer's steps on {}. The replicas of one "
+          "stage must step on one device (their updates are not proven bit-identical across devices)",
+          stage, id, record.device, own);
+    }
+    return Status::ok();
+  }
+
   // Announced while it syncs too, as not serving: trainers pass it by, rebalancers count it.
   Status announce() {
     auto parts = current();
     if (flags_.dead || !parts) return Status::ok();
     PeerAnnouncementRecord record{config_.peer_id, address(), parts->index, stats().throughput,
-                                  std::max<int64_t>(0, parts->service->in_service() - 1), flags_.serving.load()};
+                                  std::max<int64_t>(0, parts->service->in_service() - 1), flags_.serving.load(),
+                                  std::string(device_name(kUpdateDevice))};
     return registry_->announce(stage_registry_key(parts->index), config_.peer_id, record.to_json(),
                                registry_->now() + config_.announce_ttl_seconds);
   }

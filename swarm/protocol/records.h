@@ -78,16 +78,21 @@ struct PeerAnnouncementRecord {
   // here): trainers do not route to it, but rebalancers count it, so a second peer
   // does not move to fill a vacancy that one is already filling.
   bool serving = true;
+  // Where its replica steps its parameters: "cpu" or "cuda". Replicas of one
+  // stage must step on one device (see Peer::check_device_of_stage).
+  std::string device = "cpu";
 
   std::string to_json() const {
-    return nlohmann::json{{"peer", peer_id},       {"address", address},     {"stage", stage},
-                          {"throughput", throughput}, {"queue", queue_length}, {"serving", serving}}
+    return nlohmann::json{{"peer", peer_id},         {"address", address},     {"stage", stage},
+                          {"throughput", throughput}, {"queue", queue_length}, {"serving", serving},
+                          {"device", device}}
         .dump();
   }
 
   // peer and address: non-empty text, required; stage: an integer in [0, 2^31);
   // throughput: a finite number in [0, 1e12]; queue: an integer >= 0. The last
-  // three may be absent (0); serving: true or false, absent: true. Unknown fields are ignored.
+  // three may be absent (0); serving: true or false, absent: true; device: "cpu" or
+  // "cuda", absent: "cpu" (peers from before devices). Unknown fields are ignored.
   static Result<PeerAnnouncementRecord> from_json(const std::string& text) {
     using namespace records_detail;
     auto j = nlohmann::json::parse(text, nullptr, false);
@@ -104,6 +109,10 @@ struct PeerAnnouncementRecord {
       if (const auto it = j.find("serving"); it != j.end()) {
         if (!it->is_boolean()) return invalid_argument("record: 'serving' must be true or false");
         record.serving = it->get<bool>();
+      }
+      SWARM_RETURN_IF_ERROR(read_text(j, "device", false, &record.device));
+      if (record.device != "cpu" && record.device != "cuda") {
+        return invalid_argument("record: 'device' must be \"cpu\" or \"cuda\"");
       }
       return Status::ok();
     }();

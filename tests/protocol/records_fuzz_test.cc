@@ -75,7 +75,7 @@ std::string shorten(std::string_view text) {
 
 // ---------------------------------------------------------------- the oracle ---
 
-enum class Kind { text, nonempty_text, integer, number, boolean, hex, hashes, tensor_spec, dtype, codec };
+enum class Kind { text, nonempty_text, integer, number, boolean, hex, hashes, tensor_spec, dtype, codec, device };
 
 struct Field {
   std::string name;
@@ -134,6 +134,7 @@ bool field_ok(const Field& f, const json& v) {
     case Kind::tensor_spec: return tensor_spec_ok(v);
     case Kind::dtype: return v.is_string() && dtype_from_name(v.get<std::string>()).has_value();
     case Kind::codec: return v.is_string() && codec_from_name(v.get<std::string>()).has_value();
+    case Kind::device: return v.is_string() && (v.get<std::string>() == "cpu" || v.get<std::string>() == "cuda");
   }
   return false;
 }
@@ -368,6 +369,11 @@ class Fuzz {
                                               "4BIT", "blockwise4"};
         return good ? json(kCodecs[below(5)]) : json(kCodecs[below(std::size(kCodecs))]);
       }
+      case Kind::device: {
+        // The first two are devices; the rest are not.
+        static const char* const kDevices[] = {"cpu", "cuda", "CUDA", "gpu", "", "cuda0", "tpu"};
+        return good ? json(kDevices[below(2)]) : json(kDevices[below(std::size(kDevices))]);
+      }
     }
     return nullptr;
   }
@@ -544,11 +550,13 @@ const std::vector<Field> kAnnouncementFields = {
     {"throughput", Kind::number, false, kI64Min, kI64Max, 0.0, PeerAnnouncementRecord::kMaxThroughput},
     {"queue", Kind::integer, false, 0, kI64Max},
     {"serving", Kind::boolean, false},
+    {"device", Kind::device, false},
 };
 
 bool same(const PeerAnnouncementRecord& a, const PeerAnnouncementRecord& b) {
   return a.peer_id == b.peer_id && a.address == b.address && a.stage == b.stage &&
-         same_double(a.throughput, b.throughput) && a.queue_length == b.queue_length && a.serving == b.serving;
+         same_double(a.throughput, b.throughput) && a.queue_length == b.queue_length && a.serving == b.serving &&
+         a.device == b.device;
 }
 
 PeerAnnouncementRecord random_announcement(Fuzz& f) {
@@ -559,6 +567,7 @@ PeerAnnouncementRecord random_announcement(Fuzz& f) {
   r.throughput = f.in_range(0.0, PeerAnnouncementRecord::kMaxThroughput);
   r.queue_length = f.in_range(int64_t{0}, kI64Max);
   r.serving = f.chance(0.5);
+  r.device = f.chance(0.5) ? "cpu" : "cuda";
   return r;
 }
 
@@ -569,7 +578,8 @@ TEST_CASE("random peer announcements: an error for every bad one, valid ones exa
       [](const PeerAnnouncementRecord& r, const json& doc) -> std::string {
         PeerAnnouncementRecord said{text_of(doc, "peer"), text_of(doc, "address"),
                                     static_cast<int>(int_of(doc, "stage")), number_of(doc, "throughput"),
-                                    int_of(doc, "queue"), !doc.contains("serving") || doc.at("serving").get<bool>()};
+                                    int_of(doc, "queue"), !doc.contains("serving") || doc.at("serving").get<bool>(),
+                                    doc.contains("device") ? doc.at("device").get<std::string>() : "cpu"};
         if (!same(r, said)) return "fields differ from the JSON (" + r.to_json() + ")";
         auto again = PeerAnnouncementRecord::from_json(r.to_json());
         if (!again.is_ok() || !same(*again, r)) return "no round trip of " + r.to_json();
