@@ -11,29 +11,12 @@
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/optimizer.h"
 #include "swarm/core/optim_math.h"
+#include "swarm/core/optimizer_state.h"
 
 namespace swarm::cuda {
 namespace {
 
-// swarm/optim's state names (optimizer.h), which checkpoints carry between devices.
-constexpr std::string_view kStepStateName = "optimizer.step";
-constexpr std::string_view kFirstMomentPrefix = "adam.m/";
-constexpr std::string_view kSecondMomentPrefix = "adam.v/";
-
 bool is_cuda_f32(const TensorView& t) { return t.dtype() == DType::f32 && t.device() == Device::cuda; }
-bool is_cpu_f32(const TensorView& t) { return t.dtype() == DType::f32 && t.device() == Device::cpu; }
-
-bool all_finite(const Tensor& t, bool require_nonnegative) {
-  for (float x : t.span<float>()) {
-    if (!std::isfinite(x) || (require_nonnegative && x < 0.0f)) return false;
-  }
-  return true;
-}
-
-Status validate_lr(float lr) {
-  if (!std::isfinite(lr) || lr < 0.0f) return invalid_argument("learning rate {} must be finite and >= 0", lr);
-  return Status::ok();
-}
 
 bool same_param(const DeviceParam& a, const DeviceParam& b) {
   return a.weight == b.weight && a.grad == b.grad && a.m == b.m && a.v == b.v && a.compute_copy == b.compute_copy &&
@@ -46,59 +29,6 @@ bool same_params(std::span<const DeviceParam> a, std::span<const DeviceParam> b)
     if (!same_param(a[k], b[k])) return false;
   }
   return true;
-}
-
-// The host tensors of one imported param, checked but not yet uploaded.
-struct HostMoments {
-  const Tensor* m = nullptr;
-  const Tensor* v = nullptr;
-};
-
-// One "adam.m/..." or "adam.v/..." entry of an imported state, into `imported`.
-Status take_moment(const std::string& name, const Tensor& tensor, std::map<std::string, HostMoments>& imported) {
-  const bool first = name.starts_with(kFirstMomentPrefix);
-  const bool second = name.starts_with(kSecondMomentPrefix);
-  if (!first && !second) return invalid_argument("unknown optimizer state entry '{}'", name);
-  const std::string param = name.substr(first ? kFirstMomentPrefix.size() : kSecondMomentPrefix.size());
-  if (param.empty()) return invalid_argument("optimizer state entry '{}' names no parameter", name);
-  if (!is_cpu_f32(tensor)) {
-    return invalid_argument("optimizer state '{}' must be f32 on cpu, got {}", name, tensor.view().describe());
-  }
-  // v must also be >= 0: the update takes its square root.
-  if (!all_finite(tensor, /*require_nonnegative=*/second)) {
-    return invalid_argument("optimizer state '{}' holds {} values", name,
-                            second ? "non-finite or negative" : "non-finite");
-  }
-  const Tensor*& slot = first ? imported[param].m : imported[param].v;
-  if (slot != nullptr) return invalid_argument("optimizer state has '{}' twice", name);
-  slot = &tensor;
-  return Status::ok();
-}
-
-// The "optimizer.step" entry: one non-negative i64 on the host.
-Result<int64_t> take_step(const std::string& name, const Tensor& tensor, int64_t steps_so_far) {
-  if (steps_so_far >= 0) return invalid_argument("optimizer state has '{}' twice", name);
-  if (tensor.dtype() != DType::i64 || tensor.device() != Device::cpu || tensor.numel() != 1) {
-    return invalid_argument("'{}' must be one i64 on cpu, got {}", name, tensor.view().describe());
-  }
-  const int64_t steps = tensor.data<int64_t>()[0];
-  if (steps < 0) return invalid_argument("'{}' is negative ({})", name, steps);
-  return steps;
-}
-
-Status check_complete(const std::map<std::string, HostMoments>& imported, int64_t steps) {
-  if (steps < 0) return invalid_argument("optimizer state lacks '{}'", kStepStateName);
-  for (const auto& [param, moments] : imported) {
-    if (moments.m == nullptr || moments.v == nullptr) {
-      return invalid_argument("optimizer state lacks '{}{}'",
-                              moments.m != nullptr ? kSecondMomentPrefix : kFirstMomentPrefix, param);
-    }
-    if (!(moments.m->shape() == moments.v->shape())) {
-      return invalid_argument("optimizer state for '{}': first moment {} but second moment {}", param,
-                              moments.m->shape().to_string(), moments.v->shape().to_string());
-    }
-  }
-  return Status::ok();
 }
 
 }  // namespace
@@ -188,7 +118,7 @@ Status DeviceUpdater::step_with_gradients(std::span<const StageParameterView> pa
 // the grads (step_with_gradients makes them).
 Status DeviceUpdater::validate(std::span<const StageParameterView> params, float lr, bool check_grads) const {
   SWARM_RETURN_IF_ERROR(config_status_.with_context("optimizer config"));
-  SWARM_RETURN_IF_ERROR(validate_lr(lr));
+  SWARM_RETURN_IF_ERROR(validate_learning_rate(lr));
   std::set<std::string_view> seen;
   for (const StageParameterView& p : params) {
     if (p.name.empty()) return invalid_argument("a parameter has an empty name");
@@ -319,26 +249,16 @@ Result<OptimizerState> DeviceUpdater::export_state() const {
 }
 
 Status DeviceUpdater::import_state(const OptimizerState& state) {
-  std::map<std::string, HostMoments> imported;
-  int64_t steps = -1;
-  for (const auto& [name, tensor] : state) {
-    if (!tensor.defined()) return invalid_argument("optimizer state '{}' is an undefined tensor", name);
-    if (name == kStepStateName) {
-      SWARM_ASSIGN_OR_RETURN(steps, take_step(name, tensor, steps));
-    } else {
-      SWARM_RETURN_IF_ERROR(take_moment(name, tensor, imported));
-    }
-  }
-  SWARM_RETURN_IF_ERROR(check_complete(imported, steps));
-  if (!imported.empty()) SWARM_RETURN_IF_ERROR(install_cuda_allocator());
+  SWARM_ASSIGN_OR_RETURN(ParsedOptimizerState parsed, parse_optimizer_state(state));
+  if (!parsed.moments.empty()) SWARM_RETURN_IF_ERROR(install_cuda_allocator());
   MomentMap uploaded;  // all uploads first: a failure keeps the current state
-  for (const auto& [param, host] : imported) {
+  for (const auto& [param, host] : parsed.moments) {
     SWARM_ASSIGN_OR_RETURN(Tensor m, Tensor::copy_of(*host.m, Device::cuda));
     SWARM_ASSIGN_OR_RETURN(Tensor v, Tensor::copy_of(*host.v, Device::cuda));
     uploaded.emplace(param, Moments{std::move(m), std::move(v)});
   }
   moments_ = std::move(uploaded);
-  steps_ = steps;
+  steps_ = parsed.steps;
   return Status::ok();
 }
 

@@ -34,23 +34,11 @@ double sum_of_squares(const float* x, int64_t n) {
 
 bool is_cpu_f32(const TensorView& t) { return t.dtype() == DType::f32 && t.device() == Device::cpu; }
 
-bool all_finite(const Tensor& t, bool require_nonnegative) {
-  for (float x : t.span<float>()) {
-    if (!std::isfinite(x) || (require_nonnegative && x < 0.0f)) return false;
-  }
-  return true;
-}
-
-Status validate_lr(float lr) {
-  if (!std::isfinite(lr) || lr < 0.0f) return invalid_argument("learning rate {} must be finite and >= 0", lr);
-  return Status::ok();
-}
-
 // The checks and the clip factor common to both optimizers. Nothing is modified.
 Result<float> prepare_step(const OptimizerConfig& config, const detail::AdamState& state,
                            std::span<const ParamRef> params, float lr) {
   SWARM_RETURN_IF_ERROR(config.validate().with_context("optimizer config"));
-  SWARM_RETURN_IF_ERROR(validate_lr(lr));
+  SWARM_RETURN_IF_ERROR(validate_learning_rate(lr));
   SWARM_RETURN_IF_ERROR(state.validate(params));
   double total = 0.0;
   for (const ParamRef& p : params) {
@@ -151,51 +139,12 @@ std::vector<std::pair<std::string, Tensor>> AdamState::export_state() const {
 }
 
 Status AdamState::import_state(const std::vector<std::pair<std::string, Tensor>>& entries) {
+  SWARM_ASSIGN_OR_RETURN(ParsedOptimizerState parsed, parse_optimizer_state(entries));
   std::map<std::string, Moments, std::less<>> imported;
-  int64_t steps = -1;
-  for (const auto& [name, tensor] : entries) {
-    if (!tensor.defined()) return invalid_argument("optimizer state '{}' is an undefined tensor", name);
-    if (name == kStepStateName) {
-      if (steps >= 0) return invalid_argument("optimizer state has '{}' twice", name);
-      if (tensor.dtype() != DType::i64 || tensor.device() != Device::cpu || tensor.numel() != 1) {
-        return invalid_argument("'{}' must be one i64 on cpu, got {}", name, tensor.view().describe());
-      }
-      steps = tensor.data<int64_t>()[0];
-      if (steps < 0) return invalid_argument("'{}' is negative ({})", name, steps);
-      continue;
-    }
-    const bool first = name.starts_with(kFirstMomentPrefix);
-    const bool second = name.starts_with(kSecondMomentPrefix);
-    if (!first && !second) return invalid_argument("unknown optimizer state entry '{}'", name);
-    const std::string param = name.substr(first ? kFirstMomentPrefix.size() : kSecondMomentPrefix.size());
-    if (param.empty()) return invalid_argument("optimizer state entry '{}' names no parameter", name);
-    if (!is_cpu_f32(tensor)) {
-      return invalid_argument("optimizer state '{}' must be f32 on cpu, got {}", name,
-                              tensor.view().describe());
-    }
-    // A moment from a corrupt checkpoint would poison every later step; v must also be >= 0
-    // because the update takes its square root.
-    if (!all_finite(tensor, /*require_nonnegative=*/second)) {
-      return invalid_argument("optimizer state '{}' holds {} values", name,
-                              second ? "non-finite or negative" : "non-finite");
-    }
-    Tensor& slot = first ? imported[param].m : imported[param].v;
-    if (slot.defined()) return invalid_argument("optimizer state has '{}' twice", name);
-    slot = tensor.clone();  // the caller's tensor may be reused for the next checkpoint
-  }
-  if (steps < 0) return invalid_argument("optimizer state lacks '{}'", kStepStateName);
-  for (const auto& [param, moments] : imported) {
-    if (!moments.m.defined() || !moments.v.defined()) {
-      return invalid_argument("optimizer state lacks '{}{}'",
-                              moments.m.defined() ? kSecondMomentPrefix : kFirstMomentPrefix, param);
-    }
-    if (!(moments.m.shape() == moments.v.shape())) {
-      return invalid_argument("optimizer state for '{}': first moment {} but second moment {}", param,
-                              moments.m.shape().to_string(), moments.v.shape().to_string());
-    }
-  }
+  // Copies: the caller's tensors may be reused for the next checkpoint.
+  for (const auto& [param, moments] : parsed.moments) imported[param] = {moments.m->clone(), moments.v->clone()};
   moments_ = std::move(imported);
-  steps_ = steps;
+  steps_ = parsed.steps;
   return Status::ok();
 }
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "swarm/core/optimizer_state.h"
 #include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
 
@@ -52,10 +53,11 @@ struct OptimizerConfig {
 // depend on the thread count. A grad that is not f32 on the CPU makes it NaN.
 float global_grad_norm(std::span<const ParamRef> params);
 
-// Names of the exported state entries.
-inline constexpr std::string_view kStepStateName = "optimizer.step";
-inline constexpr std::string_view kFirstMomentPrefix = "adam.m/";
-inline constexpr std::string_view kSecondMomentPrefix = "adam.v/";
+// Names of the exported state entries (swarm/core/optimizer_state.h: every
+// device's optimizer reads and writes them).
+using swarm::kFirstMomentPrefix;
+using swarm::kSecondMomentPrefix;
+using swarm::kStepStateName;
 
 namespace detail {
 
