@@ -6,9 +6,20 @@ wrapped in a cc_library that links cudart, so C++ targets depend on it as usual.
 Compiling needs only the toolkit; running needs a GPU.
 """
 
-load("//tools:flags.bzl", "NVCC_OPTS")
+load("//tools:flags.bzl", "NVCC_OPTS", "NVCC_OPTS_PORTABLE")
 
 NVCC = "/usr/local/cuda/bin/nvcc"
+
+def _nvcc_command(opts, src):
+    return " ".join([
+        NVCC,
+        " ".join(opts),
+        "-I.",
+        "-I$(GENDIR)",
+        "-isystem /usr/include/eigen3",
+        "-c $(location %s)" % src,
+        "-o $@",
+    ])
 
 def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], nvcc_opts = [], visibility = None, **kwargs):
     """Args:
@@ -26,15 +37,11 @@ def cuda_library(name, srcs, hdrs = [], deps = [], cuda_hdrs = [], nvcc_opts = [
             name = "%s_nvcc_%s" % (name, stem),
             srcs = [src] + hdrs + cuda_hdrs,
             outs = [obj],
-            cmd = " ".join([
-                NVCC,
-                " ".join(NVCC_OPTS + nvcc_opts),
-                "-I.",
-                "-I$(GENDIR)",
-                "-isystem /usr/include/eigen3",
-                "-c $(location %s)" % src,
-                "-o $@",
-            ]),
+            # --define portable=1: host code for x86-64-v3 instead of this CPU.
+            cmd = select({
+                "//tools:portable": _nvcc_command(NVCC_OPTS_PORTABLE + nvcc_opts, src),
+                "//conditions:default": _nvcc_command(NVCC_OPTS + nvcc_opts, src),
+            }),
             message = "nvcc %s" % src,
             tags = ["cuda"],
         )

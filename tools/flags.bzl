@@ -4,10 +4,18 @@ CXX_STANDARD = "c++20"
 
 # -march=native: CI and developers build on the machine that runs the code;
 # the disk cache is per machine, so objects never cross CPU models.
+# `--define portable=1` (//tools:portable) builds for x86-64-v3 (AVX2, FMA)
+# instead: a binary to carry to another machine, as bench/gpu_bundle.sh does.
+# Either way the flag keeps its place, so default command lines are unchanged.
+_MARCH = select({
+    "//tools:portable": ["-march=x86-64-v3"],
+    "//conditions:default": ["-march=native"],
+})
+
 CXX_OPTS = [
     "-std=" + CXX_STANDARD,
     "-O3",
-    "-march=native",
+] + _MARCH + [
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
@@ -24,7 +32,7 @@ CUDA_ARCH_FLAGS = [
     "-gencode=arch=compute_90,code=compute_90",
 ]
 
-NVCC_OPTS = [
+_NVCC_OPTS_BEFORE_MARCH = [
     "-std=" + CXX_STANDARD,
     # fmt 9 turns constexpr off under nvcc but still uses it in consteval
     # format checks; nvcc's front end then rejects them. Keep constexpr on and
@@ -34,5 +42,9 @@ NVCC_OPTS = [
     "-O3",
     "--expt-relaxed-constexpr",
     "-Xcompiler=-fPIC",
-    "-Xcompiler=-march=native",
-] + CUDA_ARCH_FLAGS
+]
+
+# Plain lists (a genrule's cmd is one string): cuda.bzl picks one of the two
+# with select() on //tools:portable.
+NVCC_OPTS = _NVCC_OPTS_BEFORE_MARCH + ["-Xcompiler=-march=native"] + CUDA_ARCH_FLAGS
+NVCC_OPTS_PORTABLE = _NVCC_OPTS_BEFORE_MARCH + ["-Xcompiler=-march=x86-64-v3"] + CUDA_ARCH_FLAGS
