@@ -20,6 +20,7 @@
 
 #include "apps/chaos.h"
 #include "apps/child_process.h"
+#include "apps/report/run_report.h"
 #include "apps/swarm_access.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/averaging/averaging_messages.h"
@@ -382,6 +383,7 @@ class RunRecorder {
     write_trainer_events();
     if (Clock::now() - last_peer_poll_ > std::chrono::seconds(2)) poll_peers();
     if (Clock::now() - last_replica_poll_ > std::chrono::milliseconds(500)) poll_replicas();
+    if (Clock::now() - last_report_ > std::chrono::seconds(10)) refresh_report();
     print_progress(report);
     if (report.loss) {
       if (!first_loss_) first_loss_ = report.loss;
@@ -416,6 +418,7 @@ class RunRecorder {
       for (const TrainerEvent& e : trainer->take_events()) {
         metrics_->write({{"kind", "event"}, {"event", e.event}, {"peer", e.peer}, {"stage", e.stage},
                          {"detail", e.detail}});
+        if (e.event == "banned") ++bans_;
       }
     }
   }
@@ -513,8 +516,19 @@ class RunRecorder {
     }
   }
 
+  // RUN_DIR/report.html as the run stands (about 20 ms for a 600-step run).
+  void refresh_report() {
+    last_report_ = Clock::now();
+    if (Status written = write_run_report(o_.run_dir); !written.is_ok()) {
+      log_warn("report.html not refreshed: {}", written.to_string());
+    }
+  }
+
   void write_peer_event(const char* event, const std::string& id, int stage) {
     metrics_->write({{"kind", "event"}, {"event", event}, {"peer", id}, {"stage", stage}});
+    const bool lost = std::string_view(event) == "peer_lost";
+    print_(fmt::format("{:.0f} s: peer {} {} stage {}", metrics_->seconds(), id, lost ? "lost from" : "joined", stage),
+           false);
   }
 
   void poll_replicas() {
@@ -522,13 +536,27 @@ class RunRecorder {
     replicas_.poll(*registry_, o_.stages, [&](nlohmann::json record) { metrics_->write(std::move(record)); });
   }
 
+  // Three lines: progress, the stages, the faults (one line, " | "-joined, in a log).
   void print_progress(const StepReport& report) {
-    print_(fmt::format("step {:4d}/{} | loss {} | {:6.0f} tok/s | peers/stage {} | global steps {} | retries {} "
-                       "| abandoned {} | {:.0f} s",
-                       report.step, o_.steps, format_loss(report.loss), report.tokens_per_second,
-                       fmt::join(peers_per_stage(known_, o_.stages), ","),
-                       fmt::join(replicas_.newest(o_.stages), ","), report.ledger.retries, report.ledger.abandoned,
-                       metrics_->seconds()),
+    const double elapsed = metrics_->seconds();
+    if (!first_step_at_) first_step_at_ = std::make_pair(report.step, elapsed);
+    const int64_t steps_done = report.step - first_step_at_->first;
+    std::string eta = "-";
+    if (steps_done > 0 && report.step < o_.steps) {
+      const double per_step = (elapsed - first_step_at_->second) / static_cast<double>(steps_done);
+      eta = fmt::format("{:.0f} s", per_step * static_cast<double>(o_.steps - report.step));
+    }
+    const std::vector<int> peers = peers_per_stage(known_, o_.stages);
+    const std::vector<int64_t> steps = replicas_.newest(o_.stages);
+    std::string stages;
+    for (int s = 0; s < o_.stages; ++s) {
+      stages += fmt::format("{}stage {}: {} peer{}, global step {}", s ? " | " : "", s, peers[s], peers[s] == 1 ? "" : "s",
+                            s < static_cast<int>(steps.size()) ? steps[s] : 0);
+    }
+    print_(fmt::format("step {:4d}/{} | loss {} | {:6.0f} tok/s | ETA {} | {:.0f} s\n{}\nretries {} | bans {} | "
+                       "abandoned {}",
+                       report.step, o_.steps, format_loss(report.loss), report.tokens_per_second, eta, elapsed,
+                       stages, report.ledger.retries, bans_, report.ledger.abandoned),
            true);
   }
 
@@ -546,6 +574,9 @@ class RunRecorder {
   Clock::time_point last_replica_poll_ = Clock::now() - std::chrono::seconds(10);
   std::optional<double> first_loss_;
   std::optional<double> last_loss_;
+  std::optional<std::pair<int64_t, double>> first_step_at_;  // (step, seconds): the ETA's base
+  int64_t bans_ = 0;                                         // routers' bans of peers so far
+  Clock::time_point last_report_ = Clock::now();
   std::mutex mu_;        // the poller's thread and the training loop's share the members above
   PeriodicTask poller_;  // last: it uses the members above
 };
@@ -840,13 +871,27 @@ struct SwarmRun {
   std::map<std::string, PeerAnnouncementRecord> known;
 };
 
+std::string stop_reason_text(StopReason reason) {
+  switch (reason) {
+    case StopReason::finished: return "all steps done";
+    case StopReason::time_limit: return "time limit";
+    case StopReason::stop_requested: return "interrupted";
+  }
+  return "unknown";
+}
+
 LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& summary, const RunRecorder& recorder,
-                             const std::vector<std::unique_ptr<SwarmTrainer>>& trainers, double validation) {
+                             const std::vector<std::unique_ptr<SwarmTrainer>>& trainers,
+                             const ValidationResult& validation) {
   LocalSwarmReport report;
   report.steps = static_cast<int>(summary.last_step);
   report.first_loss = recorder.first_loss();
   report.last_loss = recorder.last_loss();
-  report.validation_loss = validation;
+  report.validation_loss = validation.loss;
+  report.validation_windows_done = validation.windows_done;
+  report.validation_windows = validation.windows;
+  report.validation_note = validation.stopped_early.is_ok() ? "" : validation.stopped_early.message();
+  report.stopped_because = stop_reason_text(summary.stopped_by);
   report.gpt2_tokens = o.gpt2_tokens;
   report.tokens_per_second = static_cast<double>(summary.tokens) / std::max(1e-9, summary.seconds);
   report.microbatches_started = summary.ledger.started;
@@ -880,20 +925,29 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
   for (auto& trainer : trainers) pointers.push_back(trainer.get());
   TrainingLoop<SwarmTrainer> loop(std::move(pointers), std::move(samplers), loop_options(o, run.start_step),
                                   [&](const StepReport& report) { recorder.on_step(report); });
+  // --time-limit bounds the whole of training: the loop stops taking steps at
+  // the limit, and draining the microbatches in flight and validation end
+  // within kTimeLimitGraceSeconds after it.
+  std::optional<Clock::time_point> deadline;
+  if (o.time_limit_seconds > 0) {
+    deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                  std::chrono::duration<double>(o.time_limit_seconds + kTimeLimitGraceSeconds));
+    for (auto& trainer : trainers) trainer->give_up_waiting_after(*deadline);
+  }
   Result<TrainingSummary> summary = internal("not trained");
   {
     ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.registry, o.stages, &run.metrics, print);
     summary = loop.run();
   }
+  print("", true);  // the live status ends: what follows are the run's final lines
   SWARM_RETURN_IF_ERROR(summary.status());
   if (summary->stopped_by == StopReason::time_limit) {
     print(fmt::format("time limit of {:.0f} s reached after {} steps", o.time_limit_seconds, summary->last_step),
           false);
   }
   recorder.finish();
-  auto validation = validation_loss(*trainers[0], run.data.windows);
-  if (!validation.is_ok()) return validation.status().with_context("validation failed");
-  return make_report(o, *summary, recorder, trainers, *validation);
+  const ValidationResult validation = validate_until(*trainers[0], run.data.windows, deadline);
+  return make_report(o, *summary, recorder, trainers, validation);
 }
 
 }  // namespace
@@ -945,11 +999,20 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   SWARM_ASSIGN_OR_RETURN(LocalSwarmReport report, train_and_validate(run, print));
   report.seconds = metrics.seconds();
   metrics.write({{"kind", "step"}, {"step", report.steps}, {"loss", report.last_loss},
-                 {"validation_loss", report.validation_loss}, {"tokens_per_s", report.tokens_per_second},
+                 {"validation_loss", report.validation_loss ? nlohmann::json(*report.validation_loss)
+                                                            : nlohmann::json(nullptr)},
+                 {"validation_windows", report.validation_windows_done},
+                 {"validation_note", report.validation_note}, {"stopped_because", report.stopped_because},
+                 {"tokens_per_s", report.tokens_per_second},
                  {"microbatches_completed", report.microbatches_completed},
                  {"microbatches_abandoned", report.microbatches_abandoned}, {"retries", report.retries},
                  {"wire_bytes", report.wire_bytes}, {"wire_values", report.wire_values},
                  {"allreduce_bytes", report.allreduce_bytes}, {"allreduce_values", report.allreduce_values}});
+  if (Status written = write_run_report(o.run_dir); written.is_ok()) {
+    print(fmt::format("report: {}/report.html", o.run_dir), false);
+  } else {
+    print(fmt::format("report.html not written: {}", written.to_string()), false);
+  }
   return report;
 }
 

@@ -11,6 +11,7 @@
 #include "apps/compute_options.h"
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,13 +81,25 @@ struct LocalSwarmOptions {
   std::string secret;
 };
 
+// With --time-limit, training stops taking steps at the limit; the microbatches
+// then in flight and the validation get this much longer (plus, at worst, one
+// call's --forward-timeout or --backward-timeout already under way).
+inline constexpr double kTimeLimitGraceSeconds = 20.0;
+
 struct LocalSwarmReport {
   bool gpt2_tokens = false;  // the run's tokens are GPT-2 ids, not bytes: losses are nats per token
   int steps = 0;
   double seconds = 0;
   double first_loss = 0;
   double last_loss = 0;
-  double validation_loss = 0;
+  // Over validation_windows_done of validation_windows windows; none when no
+  // window could be evaluated. validation_note says why it stopped early.
+  std::optional<double> validation_loss;
+  size_t validation_windows_done = 0;
+  size_t validation_windows = 0;
+  std::string validation_note;
+  // Why training stopped: "all steps done", "time limit", "interrupted".
+  std::string stopped_because;
   double tokens_per_second = 0;
   int64_t microbatches_started = 0;
   int64_t microbatches_completed = 0;
@@ -105,6 +118,8 @@ struct LocalSwarmReport {
   std::string gradient_codec;
 };
 
+// Lines for the user: `transient` ones are the live status (apps/live_view.h),
+// which an empty transient line ends; the others are events and results.
 using LineSink = std::function<void(std::string_view line, bool transient)>;
 
 Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const LineSink& print);

@@ -2,6 +2,10 @@
 
 #include "apps/local_training_impl.h"
 
+#include <filesystem>
+
+#include "swarm/peer/stage_state.h"
+
 namespace swarm::apps {
 
 Result<TrainingReport> train_locally(const LocalTrainingOptions& options, const ProgressSink& progress) {
@@ -41,6 +45,42 @@ Result<gpt::GptModel<CpuBackend>> load_model(const std::string& checkpoint_path)
   SWARM_ASSIGN_OR_RETURN(auto model, gpt::GptModel<CpuBackend>::create(config, 1, 0));
   SWARM_RETURN_IF_ERROR(training_detail::restore_parameters(model, checkpoint).status());
   return model;
+}
+
+Result<SwarmRunModel> load_swarm_run(const std::string& run_dir) {
+  namespace fs = std::filesystem;
+  std::ifstream in(fs::path(run_dir) / "config.json");
+  if (!in) return not_found("{} holds no config.json: not a swarm local run directory", run_dir);
+  const auto config = nlohmann::json::parse(in, nullptr, false);
+  if (config.is_discarded() || !config.is_object() || !config.contains("model") || !config.contains("stages") ||
+      !config.at("stages").is_number_integer()) {
+    return data_loss("{}/config.json lacks the model or the stage count", run_dir);
+  }
+  SWARM_ASSIGN_OR_RETURN(gpt::GptConfig model_config, gpt::GptConfig::from_json(config.at("model").dump()));
+  const int stages = config.at("stages").get<int>();
+  // The run's own split, so each stage's boundary layers sit where they trained.
+  SWARM_ASSIGN_OR_RETURN(auto model, gpt::GptModel<CpuBackend>::create(model_config, stages, 0));
+  SwarmRunModel run{std::move(model), {}};
+  for (int s = 0; s < stages; ++s) {
+    const std::string path = (fs::path(run_dir) / "checkpoints" / fmt::format("stage-{}.ckpt", s)).string();
+    auto checkpoint = load_checkpoint(path);
+    if (!checkpoint.is_ok()) {
+      return not_found("stage {} of {} has no usable checkpoint {} ({}); runs write one every --checkpoint-every "
+                       "global steps",
+                       s, run_dir, path, checkpoint.status().message());
+    }
+    std::map<std::string, const Tensor*> by_name;
+    for (const auto& entry : checkpoint->tensors) {
+      if (entry.name.starts_with(kParamPrefix)) by_name[entry.name.substr(kParamPrefix.size())] = &entry.tensor;
+    }
+    for (gpt::Parameter& p : run.model.stages()[s].parameters()) {
+      auto it = by_name.find(p.name);
+      if (it == by_name.end()) return data_loss("{} lacks parameter {}", path, p.name);
+      SWARM_RETURN_IF_ERROR(p.value.copy_from(*it->second).with_context(fmt::format("{}: {}", path, p.name)));
+    }
+    run.stage_steps.push_back(checkpoint->step);
+  }
+  return run;
 }
 
 }  // namespace swarm::apps

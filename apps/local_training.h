@@ -74,4 +74,14 @@ Result<std::string> sample_text(gpt::GptModel<CpuBackend>& model, std::string_vi
 // Loads a model written by train_locally's checkpoint.
 Result<gpt::GptModel<CpuBackend>> load_model(const std::string& checkpoint_path);
 
+// The whole model of a `swarm local` run, assembled from its stage checkpoints
+// (RUN_DIR/checkpoints/stage-S.ckpt, shaped by RUN_DIR/config.json), and the
+// global step each stage's checkpoint holds: stages checkpoint on their own, so
+// the steps may differ by a few.
+struct SwarmRunModel {
+  gpt::GptModel<CpuBackend> model;
+  std::vector<int64_t> stage_steps;
+};
+Result<SwarmRunModel> load_swarm_run(const std::string& run_dir);
+
 }  // namespace swarm::apps

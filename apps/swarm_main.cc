@@ -3,13 +3,17 @@
 //   swarm bootstrap  a registry (OpenDHT) node for swarms across machines
 //   swarm peer       serve one stage of a model
 //   swarm trainer    train through an existing swarm
+//   swarm status     show a running swarm as its registry sees it (--json for scripts)
 //   swarm train      train a GPT in one process (the reference for swarm runs)
 //   swarm generate   sample text from a checkpoint
+//   swarm report     write RUN_DIR/report.html: plots and tables of a run directory
 //   swarm sim        a deterministic simulated swarm running the production policies
 //   swarm bench      experiments measured against a model of the system (square-cube)
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
+#include <mutex>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -17,12 +21,16 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "apps/bench/bench_command.h"
 #include "apps/compute_options.h"
+#include "apps/live_view.h"
 #include "apps/local_swarm.h"
 #include "apps/sim/sim_command.h"
+#include "apps/status_command.h"
 #include "apps/local_training.h"
+#include "apps/report/run_report.h"
 #include "apps/swarm_roles.h"
 #include "swarm/api/codec.h"
 
@@ -46,9 +54,22 @@ int run_train(const swarm::apps::LocalTrainingOptions& options) {
   return 0;
 }
 
-int run_generate(const std::string& checkpoint, const std::string& prompt, int length,
+// From a swarm train checkpoint, or (run_dir) a swarm local run's stage checkpoints.
+swarm::Result<swarm::gpt::GptModel<swarm::CpuBackend>> generation_model(const std::string& checkpoint,
+                                                                        const std::string& run_dir) {
+  if (checkpoint.empty() == run_dir.empty()) {
+    return swarm::invalid_argument("give a checkpoint of swarm train, or --run RUN_DIR of swarm local (one of them)");
+  }
+  if (!checkpoint.empty()) return swarm::apps::load_model(checkpoint);
+  SWARM_ASSIGN_OR_RETURN(swarm::apps::SwarmRunModel run, swarm::apps::load_swarm_run(run_dir));
+  fmt::print(stderr, "swarm generate: {} stages of {} at global steps {}\n", run.stage_steps.size(), run_dir,
+             fmt::join(run.stage_steps, ", "));
+  return std::move(run.model);
+}
+
+int run_generate(const std::string& checkpoint, const std::string& run_dir, const std::string& prompt, int length,
                  float temperature, uint64_t seed) {
-  auto model = swarm::apps::load_model(checkpoint);
+  auto model = generation_model(checkpoint, run_dir);
   if (!model.is_ok()) {
     fmt::print(stderr, "swarm generate: {}\n", model.status().to_string());
     return 1;
@@ -68,31 +89,47 @@ std::string wire_codecs_label(const swarm::apps::LocalSwarmReport& report) {
   return fmt::format("{} activations, {} gradients", report.codec, report.gradient_codec);
 }
 
+// "2.4208 nats/byte", with how many windows and why when validation stopped early.
+std::string validation_text(const swarm::apps::LocalSwarmReport& report) {
+  const char* unit = report.gpt2_tokens ? "token" : "byte";
+  if (!report.validation_loss) return fmt::format("- (none: {})", report.validation_note);
+  if (report.validation_note.empty()) return fmt::format("{:.4f} nats/{}", *report.validation_loss, unit);
+  return fmt::format("{:.4f} nats/{} over {} of {} windows ({})", *report.validation_loss, unit,
+                     report.validation_windows_done, report.validation_windows, report.validation_note);
+}
+
 int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
   swarm::apps::install_stop_signals();
-  const bool terminal = ::isatty(STDOUT_FILENO);
-  bool open_line = false;
-  auto print = [&](std::string_view line, bool transient) {
-    if (transient && terminal) {
-      fmt::print("\r{:<110}", line);
-      open_line = true;
-    } else {
-      if (open_line) fmt::print("\n");
-      open_line = false;
-      fmt::print("{}\n", line);
-    }
+  // The status block in a terminal, bounded plain lines elsewhere (apps/live_view.h).
+  swarm::apps::LiveView view({.terminal = ::isatty(STDOUT_FILENO) == 1});
+  const auto started = std::chrono::steady_clock::now();
+  std::mutex print_mu;  // the training loop and the chaos runner print from their threads
+  auto write = [](const std::string& text) {
+    std::fputs(text.c_str(), stdout);
     std::fflush(stdout);
   };
+  auto print = [&](std::string_view line, bool transient) {
+    std::lock_guard lock(print_mu);
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (transient && line.empty()) {
+      write(view.finish());
+    } else {
+      write(transient ? view.status(line, now) : view.event(line, now));
+    }
+  };
   auto report = swarm::apps::run_local_swarm(options, print);
-  if (open_line) fmt::print("\n");
+  {
+    std::lock_guard lock(print_mu);
+    write(view.finish());
+  }
   if (!report.is_ok()) {
     fmt::print(stderr, "swarm {}: {}\n", name, report.status().to_string());
     return 1;
   }
-  fmt::print("done: {} steps in {:.0f} s | train loss {:.4f} -> {:.4f} | validation loss {:.4f} nats/{} | "
+  fmt::print("done: {} steps in {:.0f} s, stopped by: {} | train loss {:.4f} -> {:.4f} | validation loss {} | "
              "{:.0f} tokens/s\n",
-             report->steps, report->seconds, report->first_loss, report->last_loss, report->validation_loss,
-             report->gpt2_tokens ? "token" : "byte", report->tokens_per_second);
+             report->steps, report->seconds, report->stopped_because, report->first_loss, report->last_loss,
+             validation_text(*report), report->tokens_per_second);
   fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs\n",
              fmt::join(report->global_steps, ","), report->replica_mismatches);
   fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | {} registry records refused "
@@ -103,7 +140,8 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
   fmt::print("wire ({}): pipeline {:.4f} bytes/value ({} values) | all-reduce {:.4f} bytes/value ({} values)\n",
              wire_codecs_label(*report), per_value(report->wire_bytes, report->wire_values), report->wire_values,
              per_value(report->allreduce_bytes, report->allreduce_values), report->allreduce_values);
-  return 0;
+  // The summary stands either way; a run that could evaluate no validation window failed.
+  return report->validation_loss ? 0 : 1;
 }
 
 void add_model_options(CLI::App* command, swarm::gpt::GptConfig* model) {
@@ -235,11 +273,18 @@ int main(int argc, char** argv) {
   float temperature = 0.8f;
   uint64_t seed = 1;
   CLI::App* generate_cmd = app.add_subcommand("generate", "Sample text from a checkpoint");
-  generate_cmd->add_option("checkpoint", checkpoint, "Checkpoint written by swarm train")->required();
+  std::string generate_run;
+  generate_cmd->add_option("checkpoint", checkpoint, "Checkpoint written by swarm train");
+  generate_cmd->add_option("--run", generate_run, "A swarm local run directory: its stage checkpoints, as one model");
   generate_cmd->add_option("--prompt", prompt, "Text to continue")->capture_default_str();
   generate_cmd->add_option("--length", length, "Bytes to generate")->capture_default_str();
   generate_cmd->add_option("--temperature", temperature, "Sampling temperature")->capture_default_str();
   generate_cmd->add_option("--seed", seed, "Sampling seed")->capture_default_str();
+
+  std::string report_dir;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "Write RUN_DIR/report.html (plots, ledger, config) for a swarm local run directory, also a crashed one");
+  report_cmd->add_option("run_dir", report_dir, "A swarm local run directory")->required();
 
   swarm::apps::LocalSwarmOptions local;
   CLI::App* local_cmd = app.add_subcommand(
@@ -345,15 +390,19 @@ int main(int argc, char** argv) {
   swarm::apps::add_sim_command(app, &sim_exit_code);
   int bench_exit_code = 0;
   swarm::apps::add_bench_command(app, &bench_exit_code);
+  int status_exit_code = 0;
+  swarm::apps::add_status_command(app, &status_exit_code);
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("sim")) return sim_exit_code;
   if (app.got_subcommand("bench")) return bench_exit_code;
+  if (app.got_subcommand("status")) return status_exit_code;
   if (*local_cmd) return run_swarm(local, "local");
   if (*trainer_cmd) return run_swarm(trainer_options, "trainer");
   if (*bootstrap_cmd) return swarm::apps::run_bootstrap(bootstrap_host, bootstrap_port, bootstrap_secret);
   if (*peer_cmd) return swarm::apps::run_peer(peer);
   if (*train_cmd) return run_train(train);
-  if (*generate_cmd) return run_generate(checkpoint, prompt, length, temperature, seed);
+  if (*generate_cmd) return run_generate(checkpoint, generate_run, prompt, length, temperature, seed);
+  if (*report_cmd) return swarm::apps::report_command(report_dir);
   return 1;
 }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <atomic>
+#include <limits>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -122,6 +123,13 @@ class Trainer {
         registry_(registry), started_at_(Clock::now()),
         microbatch_nonce_(draw_nonce(config_.trainer_id)), clients_(config_.client) {
     for (auto& router : routers) stages_.push_back(std::make_unique<StageState>(std::move(router)));
+  }
+
+  // After `when`, a hop that finds no peer to serve it gives up at once instead
+  // of waiting abandon_after_seconds: a run's time limit bounds its draining and
+  // validation too. Calls already sent still end by their own timeouts.
+  void give_up_waiting_after(Clock::time_point when) {
+    give_up_by_ = std::chrono::duration<double>(when - started_at_).count();
   }
 
   // Forward through every stage, then backward; retries hops on other peers.
@@ -414,7 +422,7 @@ class Trainer {
                                           MicrobatchOutcome* outcome) {
     StageState& stage = *stages_[index];
     const TaskKind kind = message.kind == wire::MessageKind::forward ? TaskKind::forward : TaskKind::backward;
-    const double give_up_at = now() + config_.abandon_after_seconds;
+    const double give_up_at = std::min(now() + config_.abandon_after_seconds, give_up_by_.load());
     // Encodable before any peer is asked.
     SWARM_RETURN_IF_ERROR(protocol::encode_request(message, index, reply_codec(message.kind)).status());
     const Hop hop{index, kind, batch, message.targets.has_value(), protocol::volume_of(message)};
@@ -427,6 +435,10 @@ class Trainer {
       std::optional<std::pair<std::string, std::string>> peer = choose(stage, kind, batch, tried);
       if (!peer) {
         if (now() > give_up_at) {
+          if (give_up_at == give_up_by_.load()) {
+            return unavailable("no peer of stage {} could serve it before the run's deadline; last error: {}", index,
+                               last_error.to_string());
+          }
           return unavailable("no peer of stage {} could serve it for {:.0f} s; last error: {}", index,
                              config_.abandon_after_seconds, last_error.to_string());
         }
@@ -522,6 +534,7 @@ class Trainer {
   const protocol::StageSpec codecs_;
   R* registry_;
   Clock::time_point started_at_;
+  std::atomic<double> give_up_by_{std::numeric_limits<double>::infinity()};  // now() seconds
   std::vector<std::unique_ptr<StageState>> stages_;
   std::atomic<uint64_t> next_request_{1};
   const uint64_t microbatch_nonce_;

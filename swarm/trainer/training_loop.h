@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "swarm/core/clock.h"
 #include "swarm/core/log.h"
 #include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
@@ -366,26 +367,62 @@ inline Result<Tensor> window_rows(const std::vector<TokenWindow>& windows, size_
 
 }  // namespace training_loop_detail
 
+// How far a validation got: the mean over the windows evaluated, and why it
+// stopped early if it did.
+struct ValidationResult {
+  std::optional<double> loss;  // over windows_done windows; none if none
+  size_t windows_done = 0;
+  size_t windows = 0;
+  Status stopped_early;  // ok when every window was evaluated
+};
+
 // Mean loss per token over the windows, forward only through the swarm, in
-// batches of `batch_windows`. Errors: invalid_argument for no or ragged
+// batches of `batch_windows`, until `deadline` (checked between batches).
+// A batch that cannot be evaluated ends it with the trainer's reason.
+template <LoopTrainer T>
+ValidationResult validate_until(T& trainer, const std::vector<TokenWindow>& windows,
+                                std::optional<Clock::time_point> deadline, int batch_windows = 8) {
+  ValidationResult result;
+  result.windows = windows.size();
+  if (windows.empty() || batch_windows < 1) {
+    result.stopped_early = invalid_argument("validation needs windows and a batch size >= 1");
+    return result;
+  }
+  double sum = 0;
+  for (size_t begin = 0; begin < windows.size(); begin += batch_windows) {
+    if (deadline && Clock::now() >= *deadline) {
+      result.stopped_early = deadline_exceeded("cut short by the time limit after {} of {} windows", begin,
+                                               windows.size());
+      break;
+    }
+    const size_t count = std::min<size_t>(batch_windows, windows.size() - begin);
+    auto tokens = training_loop_detail::window_rows(windows, begin, count, false);
+    auto targets = training_loop_detail::window_rows(windows, begin, count, true);
+    if (!tokens.is_ok() || !targets.is_ok()) {
+      result.stopped_early = tokens.is_ok() ? targets.status() : tokens.status();
+      break;
+    }
+    auto outcome = trainer.evaluate(*tokens, *targets);
+    if (!outcome.completed) {
+      result.stopped_early = unavailable("validation windows {}..{} could not be evaluated: {}", begin,
+                                         begin + count - 1, outcome.abandon_reason);
+      break;
+    }
+    sum += outcome.loss * static_cast<double>(count);
+    result.windows_done += count;
+  }
+  if (result.windows_done > 0) result.loss = sum / static_cast<double>(result.windows_done);
+  return result;
+}
+
+// The mean over every window, or an error: invalid_argument for no or ragged
 // windows; unavailable, with the trainer's reason, when a batch cannot be
 // evaluated (a partial mean would not compare with other runs').
 template <LoopTrainer T>
 Result<double> validation_loss(T& trainer, const std::vector<TokenWindow>& windows, int batch_windows = 8) {
-  if (windows.empty() || batch_windows < 1) return invalid_argument("validation needs windows and a batch size >= 1");
-  double sum = 0;
-  for (size_t begin = 0; begin < windows.size(); begin += batch_windows) {
-    const size_t count = std::min<size_t>(batch_windows, windows.size() - begin);
-    SWARM_ASSIGN_OR_RETURN(Tensor tokens, training_loop_detail::window_rows(windows, begin, count, false));
-    SWARM_ASSIGN_OR_RETURN(Tensor targets, training_loop_detail::window_rows(windows, begin, count, true));
-    auto outcome = trainer.evaluate(tokens, targets);
-    if (!outcome.completed) {
-      return unavailable("validation windows {}..{} could not be evaluated: {}", begin, begin + count - 1,
-                         outcome.abandon_reason);
-    }
-    sum += outcome.loss * static_cast<double>(count);
-  }
-  return sum / static_cast<double>(windows.size());
+  ValidationResult result = validate_until(trainer, windows, std::nullopt, batch_windows);
+  if (!result.stopped_early.is_ok()) return result.stopped_early;
+  return *result.loss;
 }
 
 }  // namespace swarm

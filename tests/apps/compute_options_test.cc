@@ -64,7 +64,7 @@ TEST_CASE("swarm train, peer and local with --device cuda stop at once without a
     return;
   }
   const fs::path dir = test_apps::temp_dir("compute_cuda");
-  for (const std::string role : {std::string("train --steps 1"), std::string("local --run-dir ") + dir.string(),
+  for (const std::string& role : {std::string("train --steps 1"), std::string("local --run-dir ") + dir.string(),
                                   std::string("peer --stage 0 --bootstrap 127.0.0.1:9")}) {
     const auto start = std::chrono::steady_clock::now();
     auto run = run_command(fmt::format("{} {} --device cuda 2>&1", kSwarmBinary, role));

@@ -120,10 +120,13 @@ TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay 
     }
   }
   MESSAGE("k2 died in the round of step " << k2_last << "; k0 and k1 logged " << both << " steps, all identical");
-  // The round k2 died in completed for the two others: both hold step k2_last + 1, identical.
-  REQUIRE(hashes.count(k2_last + 1));
-  CHECK(hashes[k2_last + 1].count("k0"));
-  CHECK(hashes[k2_last + 1].count("k1"));
+  // k0 and k1 stepped on past the round k2 died in, together. The first step after it
+  // that both published (the log samples the last 16 hashes of each record every
+  // 0.5 s, so at 20 steps/s it can miss k2_last + 1 itself) holds one hash.
+  auto after = hashes.upper_bound(k2_last);
+  while (after != hashes.end() && !(after->second.count("k0") && after->second.count("k1"))) ++after;
+  REQUIRE(after != hashes.end());
+  CHECK(after->second.at("k0") == after->second.at("k1"));
   CHECK(both > 10);
 
   for (const auto& [id, pid] : peers) ::kill(pid, SIGTERM);

@@ -2,6 +2,7 @@
 // a killed peer, a restarted one and a stopped-then-continued one cost
 // retries, never a microbatch; and stochastic wiring gives a 2x faster peer
 // process 2/3 of the stage's work. Reads the run's metrics.jsonl.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -121,6 +122,36 @@ TEST_CASE("killed, restarted and stopped peers cost retries but no microbatch, a
   CHECK(run.output.find("replicas with differing parameter hashes: 0") != std::string::npos);
 }
 
+TEST_CASE("a stage emptied by two kills: the run still ends with its summary and ledger, within the time limit") {
+  const fs::path dir = temp_dir("emptied");
+  // Rebalancing off, so stage 1 stays empty: no microbatch and no validation window can finish.
+  const auto start = std::chrono::steady_clock::now();
+  Run run = run_swarm(fmt::format("{} --peers-per-stage 2 --rebalance-period 0 --time-limit 15 "
+                                  "--chaos kill-peer:1:4,kill-peer:1:5",
+                                  kTinyModel),
+                      dir);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(run.output);
+  // Training stops at 15 s; draining and validation get the 20 s grace, and a call
+  // already sent its --backward-timeout (20 s) at most; start-up is a few seconds.
+  CHECK(seconds < 15 + 20 + 20 + 15);
+  MESSAGE("the emptied run took " << seconds << " s in all");
+  CHECK(run.exit_code == 1);  // no validation window could be evaluated
+  CHECK(run.output.find("stopped by: time limit") != std::string::npos);
+  CHECK(run.output.find("validation loss - (none: ") != std::string::npos);
+  CHECK(run.output.find("ledger: ") != std::string::npos);
+  CHECK(run.output.find("stage 1: ") != std::string::npos);  // each stage's sample ledger
+  CHECK(run.output.find("unavailable: validation failed") == std::string::npos);
+  const auto steps = of_kind(run, "step");
+  REQUIRE_FALSE(steps.empty());
+  CHECK(steps.back()["validation_loss"].is_null());
+  CHECK(steps.back()["stopped_because"] == "time limit");
+  // A step whose microbatches were all abandoned has a null loss, never a 0.
+  for (const auto& step : steps) {
+    if (!step["loss"].is_null()) CHECK(step["loss"].get<double>() > 0.0);
+  }
+}
+
 TEST_CASE("a stopped run resumes from its checkpoints: the loss continues where it was") {
   const fs::path dir = temp_dir("resume");
   const std::string model =
@@ -171,6 +202,32 @@ TEST_CASE("a stopped run resumes from its checkpoints: the loss continues where 
   CHECK(first_resumed < late_loss + 0.3);
   CHECK(first_resumed < initial_loss - 0.8);  // measured: 5.55 at the start
   CHECK(resumed_steps.front()["step"].get<int64_t>() == resumed_at + 1);
+
+  // The run's stage checkpoints, assembled into the whole model, write text: the
+  // fortunes' bytes (printable, with spaces between words), not noise. (This tiny
+  // model, at 3.6 nats/byte, still writes the odd unprintable byte.)
+  Run text = run_command(
+      fmt::format("apps/swarm generate --run {} --prompt 'The ' --length 300 --temperature 0.5 2>&1", dir.string()));
+  INFO(text.output);
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.output.find("2 stages of " + dir.string() + " at global steps") != std::string::npos);
+  // stderr's line first (unbuffered), then the prompt and the sample.
+  const std::string sample = text.output.substr(text.output.find('\n', text.output.find("at global steps")) + 1);
+  CHECK(sample.starts_with("The "));
+  REQUIRE(sample.size() >= 300);
+  int printable = 0, spaces = 0;
+  for (char c : sample) {
+    printable += (c == '\n' || (c >= 32 && c < 127)) ? 1 : 0;
+    spaces += c == ' ' ? 1 : 0;
+  }
+  CHECK(printable >= static_cast<int>(sample.size() * 0.9));
+  CHECK(spaces >= static_cast<int>(sample.size() / 20));  // uniform bytes would give 1 in 256
+
+  // A run missing a stage's checkpoint is named, not sampled.
+  fs::remove(dir / "checkpoints" / "stage-1.ckpt");
+  Run missing = run_command(fmt::format("apps/swarm generate --run {} 2>&1", dir.string()));
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.output.find("stage 1 of " + dir.string() + " has no usable checkpoint") != std::string::npos);
 }
 
 TEST_CASE("swarm local --secret trains with CURVE everywhere, and writes the secret nowhere") {
