@@ -349,9 +349,12 @@ TEST_CASE("a member's every attack is refused and counted while the swarm trains
                                       "--microbatches-per-step", "4", "--steps", "100000", "--time-limit", "40",
                                       "--eval-windows", "8", "--forward-timeout", "3", "--backward-timeout", "5"};
   trainer.insert(trainer.end(), model.begin(), model.end());
+  fs::create_directories(dir / "run");
   const pid_t trainer_pid = spawn(trainer, dir / "trainer.log");
   children.push_back(trainer_pid);
-  wait_for(dir / "trainer.log", R"(step +5/)", 90s);
+  // The run's step records (its stdout shows a status line only every 10 s, as logs want);
+  // wait_for watches the folder, so it must exist before the trainer writes there.
+  wait_for(dir / "run" / "metrics.jsonl", R"("kind":"step",.*"step":5,)", 90s);
 
   Attacker attacker = Attacker::join(port);
   REQUIRE(attacker.registry.wait_connected(10s).is_ok());
