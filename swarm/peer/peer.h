@@ -585,18 +585,22 @@ class Peer {
 
   // The replicas of one stage step on one device: the CUDA update was written
   // to match the CPU's bit for bit, but no run has proven it, and a stage whose
-  // replicas drift apart splits into lineages. So a peer refuses a stage that
-  // peers of another device announce.
+  // replicas drift apart splits into lineages. So a peer refuses a stage whose
+  // announced peers all step on another device. One peer of its own device there
+  // is enough to join: a forged record cannot shut a served stage to its peers.
   Status check_device_of_stage(int stage) {
     const std::string own(device_name(kUpdateDevice));
+    std::optional<PeerAnnouncementRecord> other;
     for (const auto& [id, record] : read_stage_announcements(*registry_, config_.num_stages)) {
-      if (record.stage != stage || id == config_.peer_id || record.device == own) continue;
-      return failed_precondition(
-          "stage {} is served by peer {}, whose replica steps on {}; this peer's steps on {}. The replicas of one "
-          "stage must step on one device (their updates are not proven bit-identical across devices)",
-          stage, id, record.device, own);
+      if (record.stage != stage || id == config_.peer_id) continue;
+      if (record.device == own) return Status::ok();
+      if (!other) other = record;
     }
-    return Status::ok();
+    if (!other) return Status::ok();
+    return failed_precondition(
+        "stage {} is served by peer {}, whose replica steps on {}; this peer's steps on {}. The replicas of one "
+        "stage must step on one device (their updates are not proven bit-identical across devices)",
+        stage, other->peer_id, other->device, own);
   }
 
   // Announced while it syncs too, as not serving: trainers pass it by, rebalancers count it.

@@ -99,5 +99,25 @@ TEST_CASE("a peer refuses to start on, or move into, a stage served on another d
   CHECK(mate.start().is_ok());
 }
 
+TEST_CASE("a forged announcement of another device cannot shut a served stage to its peers") {
+  InProcessRegistry registry;
+  CpuPeer honest(config_for(1, "cpu-s1"), cpu_stage, &registry);
+  REQUIRE(honest.start().is_ok());
+  REQUIRE(announced(registry, "cpu-s1", 1, "cpu"));
+  // A member claims a CUDA peer on both stages; nothing serves behind it.
+  PeerAnnouncementRecord forged{"forged1", "inproc://nowhere", 1, 1e6, 0, true, "cuda"};
+  REQUIRE(registry.announce(stage_registry_key(1), "forged1", forged.to_json(), registry.now() + 60).is_ok());
+  forged.peer_id = "forged0";
+  forged.stage = 0;
+  REQUIRE(registry.announce(stage_registry_key(0), "forged0", forged.to_json(), registry.now() + 60).is_ok());
+  REQUIRE(read_stage_announcements(registry, 2).at("forged1").device == "cuda");
+  // Stage 1 has a CPU peer: a CPU joiner is accepted beside the forgery.
+  CpuPeer joiner(config_for(1, "cpu-s1b"), cpu_stage, &registry);
+  CHECK(joiner.start().is_ok());
+  // Stage 0 holds the forged record alone: as far as any peer can tell it steps on CUDA.
+  CpuPeer lone(config_for(0, "cpu-s0"), cpu_stage, &registry);
+  CHECK(lone.start().code() == StatusCode::failed_precondition);
+}
+
 }  // namespace
 }  // namespace swarm
