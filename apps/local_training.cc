@@ -57,7 +57,13 @@ Result<SwarmRunModel> load_swarm_run(const std::string& run_dir) {
     return data_loss("{}/config.json lacks the model or the stage count", run_dir);
   }
   SWARM_ASSIGN_OR_RETURN(gpt::GptConfig model_config, gpt::GptConfig::from_json(config.at("model").dump()));
-  const int stages = config.at("stages").get<int>();
+  // Read as int64 first: get<int> of a larger number would wrap. partition_layers
+  // then bounds it by the layer count.
+  const int64_t stage_count = config.at("stages").get<int64_t>();
+  if (stage_count < 1 || stage_count > model_config.n_layers) {
+    return data_loss("{}/config.json: {} stages for {} layers", run_dir, stage_count, model_config.n_layers);
+  }
+  const int stages = static_cast<int>(stage_count);
   // The run's own split, so each stage's boundary layers sit where they trained.
   SWARM_ASSIGN_OR_RETURN(auto model, gpt::GptModel<CpuBackend>::create(model_config, stages, 0));
   SwarmRunModel run{std::move(model), {}};

@@ -14,19 +14,6 @@ constexpr double kLeft = 70, kRight = 250, kTop = 40, kBottom = 60;  // the lege
 constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
 constexpr const char* kMarkerPalette[] = {"#e31a1c", "#ff7f00", "#33a02c", "#6a3d9a", "#7f7f7f", "#b15928"};
 
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 struct Range {
   double lo = std::numeric_limits<double>::infinity(), hi = -std::numeric_limits<double>::infinity();
@@ -157,7 +144,7 @@ std::string series_svg(const Axes& a, const ChartSeries& s, int index) {
                      R"(<line x1="{4}" y1="{5}" x2="{6}" y2="{5}" stroke="{0}" stroke-width="2"{1}/>)"
                      R"(<text x="{7}" y="{8}" font-size="12">{9}</text></g>)",
                      color, s.dashed ? R"( stroke-dasharray="6,4")" : "", path, marks, kWidth - kRight + 10, ly,
-                     kWidth - kRight + 34, kWidth - kRight + 40, ly + 4, escape(s.label));
+                     kWidth - kRight + 34, kWidth - kRight + 40, ly + 4, xml_escape(s.label));
 }
 
 // Event markers under the series, and one legend entry per group below the series' entries.
@@ -177,7 +164,7 @@ std::string markers_svg(const Axes& a) {
     drawn[g] = true;
     lines += fmt::format(R"(<g class="marker"><line x1="{0:.1f}" y1="{1}" x2="{0:.1f}" y2="{2}" stroke="{3}" )"
                          R"(stroke-width="1.5" stroke-dasharray="3,3" opacity="0.8"/><title>{4}</title></g>)",
-                         px, kTop, kHeight - kBottom, kMarkerPalette[g % std::size(kMarkerPalette)], escape(m.label));
+                         px, kTop, kHeight - kBottom, kMarkerPalette[g % std::size(kMarkerPalette)], xml_escape(m.label));
   }
   std::string legend;
   size_t row = a.chart.series.size();
@@ -187,7 +174,7 @@ std::string markers_svg(const Axes& a) {
     legend += fmt::format(R"(<g class="marker-legend"><line x1="{0}" y1="{1}" x2="{2}" y2="{1}" stroke="{3}" )"
                           R"(stroke-width="1.5" stroke-dasharray="3,3"/><text x="{4}" y="{5}" font-size="12">{6}</text></g>)",
                           kWidth - kRight + 10, ly, kWidth - kRight + 34, kMarkerPalette[g % std::size(kMarkerPalette)],
-                          kWidth - kRight + 40, ly + 4, escape(groups[g]));
+                          kWidth - kRight + 40, ly + 4, xml_escape(groups[g]));
   }
   return lines + legend;
 }
@@ -200,16 +187,32 @@ std::string render_svg(const ChartSpec& chart, const ChartExtras& extras) {
       R"(<svg xmlns="http://www.w3.org/2000/svg"{4} width="{0}" height="{1}" viewBox="0 0 {0} {1}" font-family="sans-serif">)"
       R"(<rect width="100%" height="100%" fill="white"/>)"
       R"(<text x="{2}" y="22" font-size="15" text-anchor="middle">{3}</text>)",
-      kWidth, kHeight, (kLeft + kWidth - kRight) / 2, escape(chart.title),
-      extras.id.empty() ? std::string() : fmt::format(R"( id="{}")", escape(extras.id)));
+      kWidth, kHeight, (kLeft + kWidth - kRight) / 2, xml_escape(chart.title),
+      extras.id.empty() ? std::string() : fmt::format(R"( id="{}")", xml_escape(extras.id)));
   out += axes_svg(a);
   out += fmt::format(R"(<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>)", (kLeft + kWidth - kRight) / 2,
-                     kHeight - 18, escape(chart.x_label + (chart.log2_x ? " (log scale)" : "")));
+                     kHeight - 18, xml_escape(chart.x_label + (chart.log2_x ? " (log scale)" : "")));
   out += fmt::format(R"svg(<text x="16" y="{0}" font-size="12" text-anchor="middle" transform="rotate(-90 16 {0})">{1}</text>)svg",
-                     (kTop + kHeight - kBottom) / 2, escape(chart.y_label));
+                     (kTop + kHeight - kBottom) / 2, xml_escape(chart.y_label));
   out += markers_svg(a);
   for (size_t i = 0; i < chart.series.size(); ++i) out += series_svg(a, chart.series[i], static_cast<int>(i));
   return out + "</svg>\n";
+}
+
+std::string xml_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace swarm::apps

@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -60,5 +61,8 @@ struct ChartExtras {
 // on a log axis) are left out, and so are points and markers outside the x range. Each series
 // is a <g class="series"> holding one <polyline>, each marker a <g class="marker">.
 std::string render_svg(const ChartSpec& chart, const ChartExtras& extras = {});
+
+// `text` safe inside an XML or HTML element or a quoted attribute.
+std::string xml_escape(std::string_view text);
 
 }  // namespace swarm::apps

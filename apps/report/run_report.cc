@@ -49,21 +49,6 @@ std::string string_or(const json& record, const char* key, const std::string& fa
   return it != record.end() && it->is_string() ? it->get<std::string>() : fallback;
 }
 
-std::string html_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 // A JSON value as a table shows it: strings bare, numbers short.
 std::string show(const json& value) {
@@ -382,11 +367,11 @@ std::string plot_html(const Plot& plot) {
   std::string out = fmt::format(R"(<figure class="plot" data-plot="{}">)", plot.id);
   if (!plot.no_data.empty()) {
     out += fmt::format(R"(<div class="no-data" id="{}"><h3>{}</h3><p>No data: {}</p></div>)", plot.id,
-                       html_escape(plot.title), html_escape(plot.no_data));
+                       xml_escape(plot.title), xml_escape(plot.no_data));
   } else {
     out += render_svg(plot.chart, plot.extras);
   }
-  if (!plot.caption.empty()) out += fmt::format("<figcaption>{}</figcaption>", html_escape(plot.caption));
+  if (!plot.caption.empty()) out += fmt::format("<figcaption>{}</figcaption>", xml_escape(plot.caption));
   return out + "</figure>\n";
 }
 
@@ -495,7 +480,7 @@ std::vector<Plot> plots(const RunTimeline& t) {
 }
 
 void table_row(std::string* out, std::string_view name, std::string_view value_html) {
-  *out += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", html_escape(name), value_html);
+  *out += fmt::format("<tr><th>{}</th><td>{}</td></tr>\n", xml_escape(name), value_html);
 }
 
 // "a.b" -> value, for nested objects.
@@ -515,7 +500,7 @@ std::string record_table(const json& record, const char* id) {
   std::string out = fmt::format("<table class=\"kv\" id=\"{}\">\n", id);
   for (const auto& [key, value] : rows) {
     if (key == "kind") continue;
-    table_row(&out, key, html_escape(value));
+    table_row(&out, key, xml_escape(value));
   }
   return out + "</table>\n";
 }
@@ -531,7 +516,7 @@ std::string replica_text(const RunTimeline& t) {
 
 std::string summary_html(const RunRecords& run, const RunTimeline& t) {
   std::string out = "<table class=\"kv\" id=\"summary\">\n";
-  table_row(&out, "run directory", fmt::format("<code>{}</code>", html_escape(absolute(run.run_dir))));
+  table_row(&out, "run directory", fmt::format("<code>{}</code>", xml_escape(absolute(run.run_dir))));
   std::string state;
   if (t.segments == 0) {
     state = "nothing recorded yet (metrics.jsonl is empty)";
@@ -542,14 +527,14 @@ std::string summary_html(const RunRecords& run, const RunTimeline& t) {
   } else {
     state = "no final record: the run is still going, or it stopped before validating (crashed, killed or interrupted)";
   }
-  table_row(&out, "state", html_escape(state));
-  table_row(&out, "recorded", html_escape(fmt::format("{} records over {}{}", run.records.size(), seconds_text(t.end_time),
+  table_row(&out, "state", xml_escape(state));
+  table_row(&out, "recorded", xml_escape(fmt::format("{} records over {}{}", run.records.size(), seconds_text(t.end_time),
                                                       t.segments > 1 ? fmt::format(", in {} segments (resumed {} times)",
                                                                                    t.segments, t.segments - 1)
                                                                      : "")));
   if (t.last_step) {
     const json& last = *t.last_step;
-    table_row(&out, "steps", html_escape(show(last.value("step", json()))));
+    table_row(&out, "steps", xml_escape(show(last.value("step", json()))));
     std::string loss = "not recorded";
     for (auto it = t.loss_by_time.rbegin(); it != t.loss_by_time.rend(); ++it) {
       if (std::isfinite(it->second)) {
@@ -557,7 +542,7 @@ std::string summary_html(const RunRecords& run, const RunTimeline& t) {
         break;
       }
     }
-    table_row(&out, "last training loss", html_escape(loss));
+    table_row(&out, "last training loss", xml_escape(loss));
   }
   const std::string unit = t.gpt2_tokens ? "nats/token" : "nats/byte";
   std::string validation = "not recorded (the run writes it once, after training)";
@@ -568,24 +553,24 @@ std::string summary_html(const RunRecords& run, const RunTimeline& t) {
   }
   if (t.finished) {
     const std::string note = string_or(*t.last_step, "validation_note");
-    if (!note.empty()) validation += " (" + html_escape(note) + ")";
+    if (!note.empty()) validation += " (" + xml_escape(note) + ")";
   }
   table_row(&out, "final validation loss", validation);
-  table_row(&out, "replica hashes", html_escape(replica_text(t)));
+  table_row(&out, "replica hashes", xml_escape(replica_text(t)));
   std::string checkpoints;
   if (run.checkpoints.empty()) {
-    checkpoints = "none in " + html_escape((fs::path(run.run_dir) / "checkpoints").string());
+    checkpoints = "none in " + xml_escape((fs::path(run.run_dir) / "checkpoints").string());
   } else {
     for (const CheckpointFile& c : run.checkpoints) {
-      checkpoints += fmt::format("<code>{}</code> ({:.1f} KiB)<br>", html_escape(absolute(c.path)),
+      checkpoints += fmt::format("<code>{}</code> ({:.1f} KiB)<br>", xml_escape(absolute(c.path)),
                                  static_cast<double>(c.bytes) / 1024);
     }
   }
   if (run.config.is_object() && run.config.contains("checkpoint_every")) {
-    checkpoints += html_escape(fmt::format(" every {} global steps", show(run.config["checkpoint_every"])));
+    checkpoints += xml_escape(fmt::format(" every {} global steps", show(run.config["checkpoint_every"])));
   }
   table_row(&out, "checkpoints", checkpoints);
-  table_row(&out, "peer logs", fmt::format("<a href=\"peers/\">{}</a>", html_escape((fs::path(run.run_dir) / "peers").string())));
+  table_row(&out, "peer logs", fmt::format("<a href=\"peers/\">{}</a>", xml_escape((fs::path(run.run_dir) / "peers").string())));
   return out + "</table>\n";
 }
 
@@ -609,7 +594,7 @@ std::string ledger_html(const RunTimeline& t) {
                             "samples_pending", "samples_lost_resync", "samples_lost_nonfinite",
                             "samples_lost_failed_round", "samples_lost_moved", "backward_duplicates_refused",
                             "expired_dropped", "peers_answered", "peers_silent"}) {
-      out += fmt::format("<td>{}</td>", html_escape(r.contains(key) ? show(r[key]) : "-"));
+      out += fmt::format("<td>{}</td>", xml_escape(r.contains(key) ? show(r[key]) : "-"));
     }
     out += "</tr>\n";
   }
@@ -618,7 +603,7 @@ std::string ledger_html(const RunTimeline& t) {
 
 std::string replicas_html(const RunTimeline& t) {
   std::string out = fmt::format("<h2>Replica hashes</h2>\n<p id=\"replica-agreement\">{}.</p>\n",
-                                html_escape(replica_text(t)));
+                                xml_escape(replica_text(t)));
   if (t.mismatched_steps.empty()) return out;
   out += "<p>Differing: ";
   for (size_t i = 0; i < t.mismatched_steps.size() && i < kMaxMismatchesListed; ++i) {
@@ -636,9 +621,9 @@ std::string peers_html(const RunTimeline& t) {
   out += "<table class=\"grid\" id=\"peers\"><tr><th>peer</th><th>stage</th><th>forward</th><th>backward</th>"
          "<th>failures</th><th>throughput (samples/s)</th><th>last seen</th></tr>\n";
   for (const auto& [peer, r] : t.peers) {
-    out += fmt::format("<tr><td>{}</td>", html_escape(peer));
+    out += fmt::format("<tr><td>{}</td>", xml_escape(peer));
     for (const char* key : {"stage", "forward", "backward", "failures", "throughput"}) {
-      out += fmt::format("<td>{}</td>", html_escape(r.contains(key) ? show(r[key]) : "-"));
+      out += fmt::format("<td>{}</td>", xml_escape(r.contains(key) ? show(r[key]) : "-"));
     }
     out += fmt::format("<td>{:.1f} s</td></tr>\n", number_or(r, "time", kNaN));
   }
@@ -656,7 +641,7 @@ std::string events_html(const RunTimeline& t) {
                               : e.stage >= 0          ? std::to_string(e.stage)
                                                       : std::string();
     out += fmt::format("<tr><td>{:.1f} s</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", e.time,
-                       html_escape(e.event), html_escape(e.peer), stage, html_escape(e.detail));
+                       xml_escape(e.event), xml_escape(e.peer), stage, xml_escape(e.detail));
   }
   out += "</table>\n";
   if (t.events.size() > kMaxEventRows) {
@@ -668,7 +653,7 @@ std::string events_html(const RunTimeline& t) {
 std::string config_html(const RunRecords& run) {
   std::string out = "<h2>Config</h2>\n";
   if (!run.config.is_object()) {
-    return out + fmt::format("<p class=\"not-recorded\">{}</p>\n", html_escape(run.config_problem));
+    return out + fmt::format("<p class=\"not-recorded\">{}</p>\n", xml_escape(run.config_problem));
   }
   return out + record_table(run.config, "config");
 }
@@ -682,7 +667,7 @@ std::string notes_html(const RunRecords& run, const RunTimeline& t) {
   }
   if (notes.empty()) return "";
   std::string out = "<h2>Notes</h2>\n<ul id=\"notes\">\n";
-  for (const std::string& n : notes) out += fmt::format("<li>{}</li>\n", html_escape(n));
+  for (const std::string& n : notes) out += fmt::format("<li>{}</li>\n", xml_escape(n));
   return out + "</ul>\n";
 }
 
@@ -780,9 +765,9 @@ std::string render_report_html(const RunRecords& run) {
   // A run still going refreshes its report: the page reloads itself (no script needed).
   if (!t.finished) out += "<meta http-equiv=\"refresh\" content=\"15\">\n";
   out += fmt::format("<title>swarm run {}</title>\n<style>{}</style>\n</head>\n<body>\n",
-                     html_escape(run_name(run.run_dir)), kStyle);
+                     xml_escape(run_name(run.run_dir)), kStyle);
   out += fmt::format("<h1>swarm run <code>{}</code></h1>\n<p>Report written {} from config.json and metrics.jsonl{}.</p>\n",
-                     html_escape(run.run_dir), html_escape(run.written_at),
+                     xml_escape(run.run_dir), xml_escape(run.written_at),
                      t.finished ? "" : "; it reloads every 15 s until the run's final record");
   out += summary_html(run, t);
   out += "<h2>Plots</h2>\n<div class=\"plots\">\n";

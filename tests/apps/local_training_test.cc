@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 namespace swarm::apps {
 namespace {
@@ -157,6 +158,31 @@ TEST_CASE("bad options and inputs are clear errors") {
   CHECK(mismatch.status().message().find("different model") != std::string::npos);
 
   CHECK(load_model((dir.path / "nope.ckpt").string()).status().code() == StatusCode::not_found);
+}
+
+TEST_CASE("a run directory's config.json is checked before any checkpoint is read") {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("swarm-run-config-{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string model = gpt::GptConfig{}.to_json();
+  auto with_config = [&](const std::string& text) {
+    std::ofstream(dir / "config.json") << text;
+    return load_swarm_run(dir.string());
+  };
+  CHECK(load_swarm_run((dir / "none").string()).status().code() == StatusCode::not_found);
+  CHECK(with_config("not json").status().code() == StatusCode::data_loss);
+  CHECK(with_config(R"({"stages": 2})").status().code() == StatusCode::data_loss);
+  CHECK(with_config(R"({"model": )" + model + R"(, "stages": "2"})").status().code() == StatusCode::data_loss);
+  // Counts that int would wrap, or no split of the layers can hold.
+  for (const char* stages : {"0", "-1", "4294967298", "18446744073709551615", "1000"}) {
+    auto run = with_config(R"({"model": )" + model + R"(, "stages": )" + stages + "}");
+    CHECK_MESSAGE(run.status().code() == StatusCode::data_loss, stages);
+  }
+  // A sound config without checkpoints names the stage that lacks one.
+  auto run = with_config(R"({"model": )" + model + R"(, "stages": 2})");
+  CHECK(run.status().code() == StatusCode::not_found);
+  CHECK(run.status().message().find("stage 0 of") != std::string::npos);
+  fs::remove_all(dir);
 }
 
 }  // namespace
