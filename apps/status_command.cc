@@ -137,7 +137,7 @@ SwarmStatus summarize(const RegistryRead& read) {
                     entry.expires_at - read.now, std::nullopt};
     if (auto it = progress.find({a.stage, id}); it != progress.end()) {
       const ProgressRecord& p = it->second;
-      peer.progress = PeerProgress{p.step, p.params_hash, p.samples, p.samples_per_second, p.averaging,
+      peer.progress = PeerProgress{p.step, p.params_hash, p.samples, p.samples_per_second, p.state == ProgressRecord::State::averaging,
                                    std::max(0.0, read.now - p.published_at)};
       matched.insert(it->first);
     }

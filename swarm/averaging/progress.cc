@@ -17,12 +17,23 @@ std::string ProgressRecord::to_json() const {
   return nlohmann::json{{"peer", peer_id},        {"address", address},
                         {"stage", stage},         {"step", step},
                         {"samples", samples},     {"samples_per_s", samples_per_second},
-                        {"time", published_at},   {"averaging", averaging},
+                        {"time", published_at},   {"state", state_name(state)},
                         {"hash", hex64(params_hash)}, {"hashes", hashes},
-                        {"mates", stage_mates_seen}, {"nonce", hex64(round_nonce)},
+                        {"mates", stage_mates_seen}, {"group", hex64(committed_group)},
+                        {"members", committed_members},
                         {"allreduce_bytes", allreduce_bytes}, {"allreduce_values", allreduce_values},
                         {"departed", departed}}
       .dump();
+}
+
+std::string_view ProgressRecord::state_name(State state) {
+  switch (state) {
+    case State::serving: return "serving";
+    case State::averaging: return "averaging";
+    case State::resyncing: return "resyncing";
+    case State::looking: return "looking";
+  }
+  return "serving";
 }
 
 
@@ -83,6 +94,36 @@ Status read_recent_hashes(const nlohmann::json& j, ProgressRecord* r) {
   return Status::ok();
 }
 
+Status read_state(const nlohmann::json& j, ProgressRecord* r) {
+  std::string state = "serving";
+  SWARM_RETURN_IF_ERROR(read_text(j, "state", false, &state));
+  for (auto s : {ProgressRecord::State::serving, ProgressRecord::State::averaging, ProgressRecord::State::resyncing,
+                 ProgressRecord::State::looking}) {
+    if (ProgressRecord::state_name(s) == state) {
+      r->state = s;
+      return Status::ok();
+    }
+  }
+  return invalid_argument("progress record: 'state' must be serving, averaging, resyncing or looking");
+}
+
+// Ordered by id, each once, bounded: the committed membership of its last round.
+Status read_members(const nlohmann::json& j, ProgressRecord* r) {
+  const auto it = j.find("members");
+  if (it == j.end()) return Status::ok();
+  if (!it->is_array() || it->size() > ProgressRecord::kMaxMembers) {
+    return invalid_argument("progress record: 'members' must be an array of at most {} ids", ProgressRecord::kMaxMembers);
+  }
+  for (const auto& id : *it) {
+    if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().size() > 256 ||
+        (!r->committed_members.empty() && !(r->committed_members.back() < id.get<std::string>()))) {
+      return invalid_argument("progress record: 'members' must be distinct ids in order");
+    }
+    r->committed_members.push_back(id.get<std::string>());
+  }
+  return Status::ok();
+}
+
 Status read_fields(const nlohmann::json& j, ProgressRecord* r) {
   int64_t stage = 0, mates = 0;
   SWARM_RETURN_IF_ERROR(read_text(j, "peer", true, &r->peer_id));
@@ -96,13 +137,13 @@ Status read_fields(const nlohmann::json& j, ProgressRecord* r) {
   SWARM_RETURN_IF_ERROR(read_integer(j, "mates", false, &mates));
   SWARM_RETURN_IF_ERROR(read_integer(j, "allreduce_bytes", false, &r->allreduce_bytes));
   SWARM_RETURN_IF_ERROR(read_integer(j, "allreduce_values", false, &r->allreduce_values));
-  SWARM_RETURN_IF_ERROR(read_hash(j, "nonce", &r->round_nonce));
   SWARM_RETURN_IF_ERROR(read_hash(j, "hash", &r->params_hash));
-  for (auto [key, field] : {std::pair{"averaging", &r->averaging}, std::pair{"departed", &r->departed}}) {
-    const auto it = j.find(key);
-    if (it == j.end()) continue;
-    if (!it->is_boolean()) return invalid_argument("progress record: '{}' must be true or false", key);
-    *field = it->get<bool>();
+  SWARM_RETURN_IF_ERROR(read_hash(j, "group", &r->committed_group));
+  SWARM_RETURN_IF_ERROR(read_state(j, r));
+  SWARM_RETURN_IF_ERROR(read_members(j, r));
+  if (const auto it = j.find("departed"); it != j.end()) {
+    if (!it->is_boolean()) return invalid_argument("progress record: 'departed' must be true or false");
+    r->departed = it->get<bool>();
   }
   if (stage < 0 || stage > INT32_MAX || mates < 0 || mates > INT32_MAX) {
     return invalid_argument("progress record: stage or mates out of range");
@@ -164,28 +205,6 @@ GlobalBatchDecision decide_global_batch(const GlobalBatchConfig& config, int64_t
   d.ready = !d.behind && (d.reported_samples >= config.target_samples ||
                           (config.use_estimated_arrival && d.reported_samples > 0 && d.estimated_arrival <= now));
   return d;
-}
-
-std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& records, int64_t step, double now,
-                                          double stale_after_seconds) {
-  std::map<std::string, ProgressRecord> by_id;
-  for (const ProgressRecord& r : records) {
-    if (r.step == step && fresh(r, now, stale_after_seconds)) by_id[r.peer_id] = r;
-  }
-  std::vector<ProgressRecord> out;
-  for (auto& [id, r] : by_id) out.push_back(std::move(r));
-  return out;
-}
-
-GroupReadiness group_readiness(const std::vector<ProgressRecord>& records, int64_t step, double now,
-                               double stale_after_seconds) {
-  GroupReadiness out = GroupReadiness::complete;
-  for (const ProgressRecord& r : records) {
-    if (!fresh(r, now, stale_after_seconds)) continue;
-    if (r.step > step) return GroupReadiness::someone_ahead;
-    if (r.step < step || !r.averaging) out = GroupReadiness::waiting;
-  }
-  return out;
 }
 
 std::optional<uint64_t> published_hash(const ProgressRecord& r, int64_t step) {

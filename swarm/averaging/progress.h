@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -36,9 +37,16 @@ struct ProgressRecord {
   int64_t samples = 0;  // accumulated toward step + 1
   double samples_per_second = 0;
   double published_at = 0;  // on the registry's clock
-  bool averaging = false;   // it has joined the round that ends `step`
+  // What it is doing: serving (and joining rounds), averaging (in a round's group),
+  // resyncing (downloading a state; serves nothing), looking (starting up).
+  enum class State : uint8_t { serving, averaging, resyncing, looking };
+  State state = State::serving;
   uint64_t params_hash = 0; // content hash of its parameters at `step`
-  uint64_t round_nonce = 0;  // fresh per round this peer joins; see AllReduceMember
+  // The last round it committed: the group id and its members, ordered by id
+  // (the stage's committed membership as this peer knows it; at most kMaxMembers).
+  static constexpr size_t kMaxMembers = 256;
+  uint64_t committed_group = 0;
+  std::vector<std::string> committed_members;
   int stage_mates_seen = 0; // fresh stage-mates in its own view: a joining swarm waits until all see all
   // Recent (step, params hash) pairs, newest last, so an observer that polls
   // less often than peers step still sees every step's hash.
@@ -51,6 +59,7 @@ struct ProgressRecord {
   // at once rather than once it is stale, so their next round does not wait for it.
   bool departed = false;
 
+  static std::string_view state_name(State state);
   std::string to_json() const;
   static Result<ProgressRecord> from_json(const std::string& text);
 };
@@ -79,21 +88,6 @@ struct GlobalBatchDecision {
 
 GlobalBatchDecision decide_global_batch(const GlobalBatchConfig& config, int64_t my_step,
                                         const std::vector<ProgressRecord>& records, double now);
-
-// The fresh peers at `step`, ordered by id: the round's group. Those that have not
-// joined yet are in it too: a DHT view can lag, and a peer that averaged alone
-// while its stage-mate did the same would split the stage in two. If one of them
-// is not in the round, the all-reduce fails and both re-sync instead.
-std::vector<ProgressRecord> round_members(const std::vector<ProgressRecord>& records, int64_t step, double now,
-                                          double stale_after_seconds);
-
-// Can the round that ends `step` start? complete: every fresh stage-mate is at
-// `step` and has joined; waiting: some are at `step` but not joined yet, or still
-// finishing an earlier round (they will be at `step` soon); someone_ahead: a fresh
-// stage-mate is past `step`, so this round can no longer happen.
-enum class GroupReadiness { complete, waiting, someone_ahead };
-GroupReadiness group_readiness(const std::vector<ProgressRecord>& records, int64_t step, double now,
-                               double stale_after_seconds);
 
 // The parameters hash a strict majority of the fresh peers in `records` published
 // for `step` (their current hash, or one of their recent ones): what a downloaded

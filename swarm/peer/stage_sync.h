@@ -1,12 +1,16 @@
-// stage_sync: the peers of a stage training as one (DESIGN §5.3).
+// stage_sync: the peers of a stage training as one (DESIGN §5.3), driven here.
 //
-// A thread publishes this replica's progress, reads its stage-mates', and when the
-// stage has processed the global batch runs a round: the gradients are averaged by
-// butterfly all-reduce (in the stage's codec, weighted by samples) and every
-// replica applies the same LAMB step, ending bit-identical (checked by hash). A
-// replica that is behind, failed its round or diverged stops serving, downloads a
-// stage-mate's state, and serves again. Its control traffic (parts, state chunks)
-// arrives on the peer's control server, never behind compute.
+// What is decided (who leads a round, who is in it, when it begins, commits or is
+// aborted, whom to trust, when to re-sync) is StageRounds (swarm/averaging/
+// round_protocol.h), a state machine without clock or I/O. This is its thin
+// driver: three threads feed it the time, the registry's records and the messages
+// that arrive on the peer's control server, send what it returns over the
+// Transport, download the state it asks for, and apply what it decides.
+//   - a publisher publishes this replica's progress on its own timer, never held up
+//     by a round or a download, so a stage-mate never vanishes while it works;
+//   - a reader reads the stage's records into the protocol;
+//   - the sync thread ticks the protocol, sends its messages, collects the
+//     replies, and runs state downloads.
 //
 //   StageSync<S, T, R, Codecs> sync(config, replica, &registry, &clients, &stats, &flags, announce);
 //   SWARM_RETURN_IF_ERROR(sync.start(control_address));
@@ -19,11 +23,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,16 +35,18 @@
 #include "swarm/api/registry.h"
 #include "swarm/api/transport.h"
 #include "swarm/averaging/all_reduce.h"
+#include "swarm/averaging/averaging_messages.h"
 #include "swarm/averaging/progress.h"
+#include "swarm/averaging/round_protocol.h"
 #include "swarm/averaging/state_transfer.h"
 #include "swarm/checkpoint/checkpoint.h"
 #include "swarm/core/log.h"
-#include "swarm/core/random.h"
 #include "swarm/optim/lr_schedule.h"
-#include "swarm/optim/optimizer.h"
 #include "swarm/peer/peer_stats.h"
+#include "swarm/peer/periodic_task.h"
 #include "swarm/peer/replica.h"
-#include "swarm/peer/stage_state.h"
+#include "swarm/peer/replica_port.h"
+#include "swarm/peer/state_inspection.h"
 #include "swarm/protocol/client_cache.h"
 
 namespace swarm {
@@ -52,18 +55,18 @@ struct StageSyncConfig {
   std::string peer_id;
   int64_t global_batch_samples = 16;
   double progress_period_seconds = 0.2;  // publish progress and re-read stage-mates'
-  double progress_stale_seconds = 5.0;   // a stage-mate silent this long is not counted
+  double progress_stale_seconds = 5.0;   // a stage-mate silent this long is absent
   double record_ttl_seconds = 5.0;
   bool start_on_estimated_arrival = true;
-  double gather_timeout_seconds = 2.0;  // wait for stage-mates to join a round
-  AllReduceConfig all_reduce;
+  double gather_timeout_seconds = 2.0;  // unused by the agreed rounds; kept for the flag
+  AllReduceConfig all_reduce;           // codec, chunk size, part timeout (a group's phase timeout)
   StateTransferConfig state_transfer;
   optim::LrSchedule schedule;
-  // The stage-mate first in id order writes the stage's checkpoint here every so many global steps.
+  // The leader of a round writes the stage's checkpoint here every so many global steps.
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;
   int64_t test_die_after_allreduce_sends = 0;
-  // Whether a connection may send all-reduce parts as a peer id; unset, all may.
+  // Whether a connection may send round messages as a peer id; unset, all may.
   SpeaksFor speaks_for;
 };
 
@@ -90,24 +93,27 @@ class StageSync {
   StageSync(StageSyncConfig config, std::shared_ptr<Replica<S>> replica, R* registry, ClientCache<T>* clients,
             StatsBoard* stats, PeerFlags* flags, std::function<void()> announce)
       : config_(std::move(config)), replica_(std::move(replica)), registry_(registry), clients_(clients),
-        stats_(stats), flags_(flags), announce_(std::move(announce)), inbox_(inbox_options()),
-        nonce_source_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                      std::hash<std::string>{}(config_.peer_id)) {}
+        stats_(stats), flags_(flags), announce_(std::move(announce)), port_(replica_, config_.schedule) {}
   ~StageSync() { stop(); }
 
   // Publishes this replica's progress until the registry shows it, then starts the
-  // loop, not serving until it has looked at the stage a few times: a joiner's young
-  // DHT node may not yet show the stage-mates it must sync from.
+  // threads; the protocol looks at the stage a while before it trusts an empty view.
   Status start(std::string control_address) {
     control_address_ = std::move(control_address);
-    inbox_.finish_step(replica_->step() - 1);  // a resumed replica takes parts from its own step on
-    SWARM_RETURN_IF_ERROR(publish_progress(false));
+    const RoundsConfig rounds = rounds_config();
+    SWARM_RETURN_IF_ERROR(rounds.validate(config_.progress_period_seconds));
+    SWARM_RETURN_IF_ERROR(config_.all_reduce.validate());
+    rounds_ = std::make_unique<StageRounds>(rounds, &port_, RoundCodec::of<Codecs>(config_.all_reduce.codec),
+                                            registry_->now());
+    (void)publish_progress();
     const auto visible_by = Clock::now() + std::chrono::seconds(5);
     while (!progress_visible() && Clock::now() < visible_by) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      (void)publish_progress(false);
+      (void)publish_progress();
     }
     set_serving(false);
+    publisher_.start(config_.progress_period_seconds, [this] { (void)publish_progress(); });
+    reader_.start(config_.progress_period_seconds, [this] { read_progress(); });
     thread_ = std::thread([this] { loop(); });
     return Status::ok();
   }
@@ -120,16 +126,17 @@ class StageSync {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    publisher_.stop();
+    reader_.stop();
   }
 
   void withdraw() { (void)registry_->withdraw(progress_registry_key(stage()), config_.peer_id); }
 
-  // The peer moves to another stage and no longer serves this one. The loop takes
-  // part in the round that ends this step, so the samples this replica accumulated
-  // still count; then a departed record tells the stage-mates not to wait for it.
-  // True if it left after that round (or with nothing pending, or with no stage-mate
-  // at its step to take them); false at `until`. Samples no round took are counted as
-  // lost to the move.
+  // The peer moves to another stage and no longer serves this one. It stays in the
+  // stage's rounds until one steps the samples it accumulated (or none is pending,
+  // or no stage-mate serves its step to take them), then a departed record tells
+  // the stage-mates not to wait for it. True if it left that way; false at `until`.
+  // Samples no round took are counted as lost to the move.
   bool leave(Deadline until) {
     {
       std::lock_guard lock(mu_);
@@ -142,24 +149,38 @@ class StageSync {
       clean = left_cv_.wait_until(lock, until, [&] { return left_ || stopping_; }) && left_;
     }
     stop();
-    replica_->lose_pending_to_move();  // what no round took (none when one did)
+    replica_->lose_pending_to_move();
     departed_ = true;
-    (void)publish_progress(false);
+    (void)publish_progress();
     return clean;
   }
 
-  // A backward arrived: the loop re-checks the global batch now, not at its next tick.
-  void wake() {
+  // A backward arrived: the protocol re-checks the global batch now, not at its next tick.
+  void wake() { cv_.notify_all(); }
+
+  // A round message from a stage-mate: checked, then handed to the protocol. The
+  // error it returns is the sender's reply. `from`: who the transport authenticated.
+  Status deliver_part(const wire::DecodedMessage& message, const PeerIdentity& from) {
+    RoundMessageLimits limits;
+    limits.max_chunk_elements = config_.all_reduce.max_chunk_elements;
+    limits.max_members = config_.all_reduce.max_members;
+    auto parsed = parse_round_message(message, RoundCodec::of<Codecs>(config_.all_reduce.codec), limits);
+    if (!parsed.is_ok()) {
+      ++malformed_;
+      return parsed.status();
+    }
+    if (config_.speaks_for && !config_.speaks_for(parsed->sender, from)) {
+      ++impostor_;
+      return permission_denied("round message: the connection does not speak for {}", parsed->sender);
+    }
+    Status received;
     {
       std::lock_guard lock(mu_);
-      samples_arrived_ = true;
+      if (!rounds_) return unavailable("peer {} has not started its rounds", config_.peer_id);
+      received = rounds_->receive(*parsed, registry_->now());
     }
     cv_.notify_all();
-  }
-
-  // `from`: who the transport authenticated, checked against the part's sender by speaks_for.
-  Status deliver_part(const wire::DecodedMessage& message, const PeerIdentity& from) {
-    return inbox_.template deliver<Codecs>(message, config_.all_reduce.codec, from);
+    return received;
   }
 
   // Donates even while not serving: a peer waiting out a failed round still holds its
@@ -170,40 +191,30 @@ class StageSync {
   StateDonor& donor() { return donor_; }
 
  private:
+  using CallHandle = decltype(std::declval<typename T::client_type&>().call(wire::Frames{}, Deadline{}));
+  struct InFlight {
+    Outgoing sent;  // frames moved out; the rest kept for delivery_failed
+    CallHandle call;
+  };
+
   int stage() const { return replica_->stage_index(); }
 
-  // Bounded by this stage's gradient and the global batch; parts only from known
-  // stage-mates, as whoever speaks_for says may send as them.
-  AllReduceInbox::Options inbox_options() {
-    AllReduceInbox::Options options;
-    options.limits = inbox_limits(replica_->parameter_count(), config_.all_reduce,
-                                  static_cast<double>(config_.global_batch_samples));
-    options.speaks_for = config_.speaks_for;
-    options.is_member = [this](const std::string& peer_id) {
-      std::lock_guard lock(known_mates_mu_);
-      return known_mates_.count(peer_id) != 0;
-    };
-    return options;
-  }
-
-  // What the inbox refused or left out, onto the board (and now and then the log,
-  // since hostile mail may change it every tick) when it changed.
-  void report_inbox_counters() {
-    const InboxCounters c = inbox_.counters();
-    if (c.refused() == reported_refused_ && c.ignored() == reported_ignored_) return;
-    reported_refused_ = c.refused();
-    reported_ignored_ = c.ignored();
-    stats_->update([&](PeerStats& s) {
-      s.parts_refused = c.refused();
-      s.contributions_ignored = c.ignored();
-    });
-    const double now = registry_->now();
-    if (now - last_inbox_log_ < config_.progress_stale_seconds) return;
-    last_inbox_log_ = now;
-    log_warn("peer {}: all-reduce parts refused so far: {} malformed, {} bad weight, {} impostor, {} not a stage-mate, "
-             "{} stale, {} far ahead, {} duplicate, {} inbox full; left out: {} wrong sender, {} over published",
-             config_.peer_id, c.malformed, c.bad_weight, c.impostor, c.not_member, c.stale, c.far_future, c.duplicate,
-             c.full, c.wrong_sender, c.over_published);
+  RoundsConfig rounds_config() const {
+    RoundsConfig c;
+    c.peer_id = config_.peer_id;
+    c.address = control_address_;
+    c.stage = stage();
+    c.global_batch_samples = config_.global_batch_samples;
+    c.start_on_estimated_arrival = config_.start_on_estimated_arrival;
+    c.stale_seconds = config_.progress_stale_seconds;
+    c.join_period_seconds = config_.progress_period_seconds;
+    c.joiner_silent_seconds = std::max(1.5, 4 * config_.progress_period_seconds);
+    c.phase_timeout_seconds = config_.all_reduce.part_timeout_seconds;
+    c.look_seconds = 3 * config_.progress_period_seconds;
+    c.max_chunk_elements = config_.all_reduce.max_chunk_elements;
+    c.max_members = config_.all_reduce.max_members;
+    c.max_early_values = 2 * std::max<int64_t>(replica_->parameter_count(), 1);
+    return c;
   }
 
   void set_serving(bool serving) {
@@ -218,82 +229,18 @@ class StageSync {
     stats_->notify();
   }
 
-  void loop() {
-    double last_publish = -1e9;
-    bool leaving = false;
-    while (true) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait_for(lock, std::chrono::duration<double>(config_.progress_period_seconds / 2),
-                     [&] { return stopping_ || samples_arrived_; });
-        samples_arrived_ = false;
-        if (stopping_ || flags_->dead) return;
-        leaving = leaving_;
-      }
-      update_rate();
-      report_inbox_counters();
-      const double now = registry_->now();
-      if (now - last_publish >= config_.progress_period_seconds) {
-        (void)publish_progress(false);
-        last_publish = now;
-      }
-      if (now - last_progress_read_ >= config_.progress_period_seconds) read_progress();
-      const GlobalBatchDecision decision = decide();
-      if (leaving) {
-        if (leave_after(decision)) return;
-        continue;
-      }
-      if (decision.behind || !flags_->serving) {
-        resync();
-      } else if (decision.ready) {
-        run_round();
-        last_publish = -1e9;
-      }
-    }
-  }
+  // ---- the publisher and the reader ----
 
-  // While leaving: the round that ends this step takes the pending samples; with none
-  // pending, or once stage-mates are past this step, there is nothing to wait for.
-  // A leaving replica's own step is thrown away: a round is worth it only with a
-  // stage-mate to take its samples (alone, it would publish a step nobody else has).
-  bool leave_after(const GlobalBatchDecision& decision) {
-    const bool mates_at_step =
-        !round_members(stage_progress_, replica_->step(), registry_->now(), config_.progress_stale_seconds).empty();
-    if (decision.ready && replica_->accumulated_samples() > 0 && mates_at_step) run_round();
-    if (!decision.ready && !decision.behind && mates_at_step && replica_->accumulated_samples() > 0) return false;
+  Status publish_progress() {
+    if (flags_->dead) return Status::ok();  // a "killed" peer's record lapses, as a killed process's does
+    ProgressRecord record;
     {
       std::lock_guard lock(mu_);
-      left_ = true;
+      if (!rounds_) return Status::ok();
+      record = rounds_->progress(registry_->now());
     }
-    left_cv_.notify_all();
-    return true;
-  }
-
-  // ---- progress records ----
-
-  ProgressRecord own_progress(bool averaging, int64_t samples_override = -1) {
-    ProgressRecord r;
-    r.peer_id = config_.peer_id;
-    r.address = control_address_;
-    r.stage = stage();
-    r.published_at = registry_->now();
-    r.averaging = averaging;
-    r.samples_per_second = samples_per_second_;
-    r.step = replica_->step();
-    r.samples = samples_override >= 0 ? samples_override : replica_->accumulated_samples();
-    r.params_hash = replica_->params_hash();
-    r.recent_hashes = replica_->recent_hashes();
-    r.round_nonce = averaging ? round_nonce_ : 0;
-    r.stage_mates_seen = static_cast<int>(stage_progress_.size());
-    r.allreduce_bytes = allreduce_bytes_;
-    r.allreduce_values = allreduce_values_;
-    r.departed = departed_;
-    return r;
-  }
-
-  Status publish_progress(bool averaging, int64_t samples_override = -1) {
-    return registry_->announce(progress_registry_key(stage()), config_.peer_id,
-                               own_progress(averaging, samples_override).to_json(),
+    record.departed = departed_;
+    return registry_->announce(progress_registry_key(stage()), config_.peer_id, record.to_json(),
                                registry_->now() + config_.record_ttl_seconds);
   }
 
@@ -305,67 +252,171 @@ class StageSync {
 
   // Stage-mates' records, merged into what was known, newest per peer, forgotten only
   // once stale: a DHT lookup that misses a record (a young DHT does) must not make a
-  // stage-mate vanish and this peer average alone.
+  // stage-mate vanish.
   void read_progress() {
     auto records = registry_->get(progress_registry_key(stage()));
     const double now = registry_->now();
-    last_progress_read_ = now;
-    std::map<std::string, ProgressRecord> merged;
-    for (auto& r : stage_progress_) merged[r.peer_id] = std::move(r);
+    int64_t bad = 0;
     if (records.is_ok()) {
-      ++progress_reads_;
       for (const auto& record : *records) {
         auto progress = ProgressRecord::from_json(record.value);
         // A record from the future would stay fresh for ever.
         if (!progress.is_ok() || progress->published_at > now + kMaxClockSkewSeconds) {
-          stats_->update([](PeerStats& s) { ++s.bad_records; });
+          ++bad;
           continue;
         }
         if (progress->peer_id == config_.peer_id) continue;
-        auto it = merged.find(progress->peer_id);
-        if (it == merged.end() || progress->published_at >= it->second.published_at) {
-          merged[progress->peer_id] = *progress;
-        }
+        auto& known = known_records_[progress->peer_id];
+        if (progress->published_at >= known.published_at) known = std::move(progress).value();
       }
     }
-    stage_progress_.clear();
-    for (auto& [id, r] : merged) {
-      if (r.departed) continue;  // moved to another stage: gone now, not once stale
-      if (r.published_at >= now - config_.progress_stale_seconds) stage_progress_.push_back(std::move(r));
+    std::erase_if(known_records_, [&](const auto& entry) {
+      return entry.second.published_at < now - config_.progress_stale_seconds;
+    });
+    std::vector<ProgressRecord> view;
+    for (const auto& [id, r] : known_records_) view.push_back(r);
+    if (bad > 0) stats_->update([&](PeerStats& s) { s.bad_records += bad; });
+    {
+      std::lock_guard lock(mu_);
+      if (rounds_) rounds_->observe(view, now);
     }
-    std::lock_guard lock(known_mates_mu_);
-    known_mates_.clear();
-    for (const auto& r : stage_progress_) known_mates_.insert(r.peer_id);
+    cv_.notify_all();
   }
 
-  GlobalBatchDecision decide() {
-    std::vector<ProgressRecord> all = vouched_progress();
-    all.push_back(own_progress(false));
-    const GlobalBatchConfig batch{config_.global_batch_samples, config_.progress_stale_seconds,
-                                  config_.start_on_estimated_arrival};
-    return decide_global_batch(batch, replica_->step(), all, registry_->now());
-  }
+  // ---- the sync thread ----
 
-  // The stage-mates' records, less those ahead of this replica that no strict
-  // majority of fresh stage-mates vouches for: one forged record claiming a later
-  // step must not stop this peer's rounds or take it out of service.
-  std::vector<ProgressRecord> vouched_progress() {
-    const int64_t my_step = replica_->step();
-    const double now = registry_->now();
-    std::vector<ProgressRecord> vouched;
-    int64_t dropped = 0;
-    for (const auto& r : stage_progress_) {
-      if (r.step > my_step) {
-        const auto majority = majority_hash(stage_progress_, r.step, now, config_.progress_stale_seconds);
-        if (!majority || *majority != r.params_hash) {
-          ++dropped;
-          continue;
-        }
+  void loop() {
+    while (true) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; });
+        if (stopping_ || flags_->dead) return;
       }
-      vouched.push_back(r);
+      update_rate();
+      const double now = registry_->now();
+      std::vector<Outgoing> outbox;
+      std::vector<RoundEvent> events;
+      std::optional<VouchedState> target;
+      bool serving = false;
+      bool leave_now = false;
+      {
+        std::lock_guard lock(mu_);
+        rounds_->set_rate(samples_per_second_);
+        rounds_->tick(now);
+        outbox = rounds_->take_outbox();
+        events = rounds_->take_events();
+        if (rounds_->mode() == StageRounds::Mode::resyncing) target = rounds_->resync_target();
+        serving = rounds_->serving();
+        leave_now = leaving_ && !rounds_->in_round() &&
+                    (replica_->accumulated_samples() == 0 || !rounds_->mates_at_step());
+      }
+      send_all(std::move(outbox));
+      if (flags_->dead) {
+        if (flags_->on_death) flags_->on_death();
+        return;
+      }
+      collect_replies();
+      for (const auto& event : events) handle(event);
+      report_counters();
+      if (serving != flags_->serving.load()) serving ? start_serving() : set_serving(false);
+      if (target) resync(*target);
+      if (leave_now) {
+        {
+          std::lock_guard lock(mu_);
+          left_ = true;
+        }
+        left_cv_.notify_all();
+        return;
+      }
     }
-    if (dropped > 0) stats_->update([&](PeerStats& s) { s.unvouched_ahead += dropped; });
-    return vouched;
+  }
+
+  void send_all(std::vector<Outgoing> outbox) {
+    const Deadline deadline = deadline_after(config_.all_reduce.part_timeout_seconds);
+    for (auto& out : outbox) {
+      auto client = clients_->get(out.address);
+      if (client == nullptr) {
+        failed(out, unavailable("cannot connect to {}", out.address));
+        continue;
+      }
+      wire::Frames frames = std::move(out.frames);
+      in_flight_.push_back({std::move(out), client->call(std::move(frames), deadline)});
+      if (in_flight_.back().sent.op == RoundOp::part && config_.test_die_after_allreduce_sends > 0 &&
+          ++parts_sent_ >= config_.test_die_after_allreduce_sends) {
+        (void)flags_->die(config_.peer_id, "in the middle of an all-reduce");
+        return;
+      }
+    }
+  }
+
+  void collect_replies() {
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      if (!it->call.ready()) {
+        ++it;
+        continue;
+      }
+      auto reply = decode_result_reply(it->call.get());
+      if (!reply.is_ok() && reply.status().code() != StatusCode::already_exists) {
+        const StatusCode code = reply.status().code();
+        if (code == StatusCode::unavailable || code == StatusCode::deadline_exceeded) {
+          clients_->forget(it->sent.address);
+        }
+        failed(it->sent, reply.status());
+      }
+      it = in_flight_.erase(it);
+    }
+  }
+
+  void failed(const Outgoing& sent, const Status& why) {
+    std::lock_guard lock(mu_);
+    rounds_->delivery_failed(sent, why, registry_->now());
+  }
+
+  void handle(const RoundEvent& event) {
+    switch (event.kind) {
+      case RoundEvent::Kind::stepped:
+        stats_->update([&](PeerStats& s) {
+          // Counted with the step itself, so whoever sees the new step sees the round too.
+          ++s.rounds_completed;
+          ++s.optimizer_steps;
+          s.global_step = replica_->step();
+          s.params_hash = replica_->params_hash();
+        });
+        if (!event.text.empty()) log_warn("peer {}: step {}: {}", config_.peer_id, event.step, event.text);
+        if (event.led) maybe_checkpoint(event.step);
+        break;
+      case RoundEvent::Kind::aborted:
+        stats_->update([](PeerStats& s) { ++s.rounds_failed; });
+        log_warn("peer {}: round {:016x} of step {} aborted: {}", config_.peer_id, event.group, event.step, event.text);
+        break;
+      case RoundEvent::Kind::diverged:
+        stats_->update([](PeerStats& s) { ++s.diverged; });
+        log_warn("peer {}: step {}: {}; re-syncing", config_.peer_id, event.step, event.text);
+        break;
+      case RoundEvent::Kind::resync:
+        log_info("peer {}: stops serving at step {} to re-sync: {}", config_.peer_id, replica_->step(), event.text);
+        set_serving(false);
+        break;
+      case RoundEvent::Kind::serving:
+      case RoundEvent::Kind::refused:
+        break;
+    }
+  }
+
+  void report_counters() {
+    RoundCounters c;
+    {
+      std::lock_guard lock(mu_);
+      c = rounds_->counters();
+    }
+    const int64_t refused = c.refused_no_begin + c.refused_not_member + c.refused_bad_part + c.refused_full +
+                            malformed_.load() + impostor_.load();
+    stats_->update([&](PeerStats& s) {
+      s.parts_refused = refused;
+      s.unvouched_ahead = c.unvouched_ahead;
+      s.allreduce_bytes = c.payload_bytes;
+      s.allreduce_values = c.payload_values;
+    });
   }
 
   void update_rate() {
@@ -386,337 +437,59 @@ class StageSync {
 
   // ---- re-sync ----
 
-  // Not serving until this replica holds the stage's state: that of a stage-mate at a
-  // later step, or, after a failed or diverged round, of one at the same step whose
-  // parameters differ. The routing record is left to lapse rather than withdrawn, so
-  // the next announce (with a later expiry) brings the peer back.
-  void resync() {
-    const int64_t my_step = replica_->step();
-    if (flags_->serving.exchange(false)) {
-      stats_->notify();
-      log_info("peer {}: stops serving at step {} to re-sync", config_.peer_id, my_step);
-      needs_resync_ = true;
-    }
-    bool stage_mate_catching_up = false;
-    // Only a donor a strict majority vouches for can pass the state check. With none,
-    // this replica's state is the best the stage has: a forged record ahead, re-announced
-    // for ever, must not keep it out of service.
-    const std::vector<AllReduceMember> donors = verifiable_donors(find_donors(my_step, &stage_mate_catching_up));
-    if (donors.empty() && progress_reads_ < 3) return;  // not looked long enough to be sure
-    if (donors.empty()) {
-      serve_own_state(my_step, stage_mate_catching_up);
-      return;
-    }
-    download_from(donors);
-  }
-
-  std::vector<ProgressRecord> find_donors(int64_t my_step, bool* stage_mate_catching_up) {
-    std::vector<ProgressRecord> donors;
-    const double now = registry_->now();
-    const uint64_t my_hash = replica_->params_hash();
-    for (const auto& r : stage_progress_) {
-      if (r.published_at < now - config_.progress_stale_seconds || r.address.empty()) continue;
-      if (r.step > my_step || (r.step == my_step && needs_resync_ && r.params_hash != my_hash)) {
-        donors.push_back(r);
-      } else if (r.step == my_step - 1 && r.averaging) {
-        *stage_mate_catching_up = true;  // still in the round this peer just left
-      }
-    }
-    return donors_freshest_first(std::move(donors));
-  }
-
-  // Nobody holds other state. After a bad round, wait (bounded) for stage-mates still
-  // finishing theirs before concluding this state is the stage's.
-  void serve_own_state(int64_t my_step, bool stage_mate_catching_up) {
-    const double now = registry_->now();
-    if (needs_resync_ && stage_mate_catching_up) {
-      if (catching_up_since_ < 0) catching_up_since_ = now;
-      if (now - catching_up_since_ < config_.progress_stale_seconds) return;
-    }
-    catching_up_since_ = -1;
-    const bool was_resyncing = needs_resync_;
-    needs_resync_ = false;
-    start_serving();
-    if (was_resyncing) log_info("peer {}: serving at step {}: no stage-mate holds other state", config_.peer_id, my_step);
-  }
-
-  // Donors whose published hash is the one a strict majority of fresh stage-mates
-  // published for their step, freshest first; the others would offer a state that
-  // cannot pass the check.
-  std::vector<AllReduceMember> verifiable_donors(const std::vector<ProgressRecord>& donors) {
-    const double now = registry_->now();
-    std::vector<AllReduceMember> members;
-    for (const auto& d : donors) {
-      const auto majority = majority_hash(stage_progress_, d.step, now, config_.progress_stale_seconds);
-      if (majority && *majority == d.params_hash) members.push_back({d.peer_id, d.address});
-    }
-    if (members.empty() && !donors.empty() && now - last_unverifiable_log_ >= config_.progress_stale_seconds) {
-      last_unverifiable_log_ = now;
-      log_warn("peer {}: {} stage-mates hold other state, but no strict majority of the {} fresh ones vouches for it",
-               config_.peer_id, donors.size(), stage_progress_.size());
-    }
-    return members;
-  }
-
-  // A state is the stage's when a strict majority of the fresh stage-mates (as this
-  // peer sees them now) published its parameters hash for its step. Checked, with
-  // its layout and values, before it is loaded; `*verified` is set to the hash it passed with.
-  StateCheck state_check(int64_t min_step, std::shared_ptr<uint64_t> verified) {
-    auto mates = std::make_shared<const std::vector<ProgressRecord>>(stage_progress_);
-    const double now = registry_->now();
-    const double stale = config_.progress_stale_seconds;
+  // Downloads the state the protocol found vouched for, checked before it loads:
+  // its step at least the target's, its parameters hashing to what a strict
+  // majority published for that step, its layout the stage's, its values finite.
+  void resync(const VouchedState& target) {
+    set_serving(false);
+    std::vector<AllReduceMember> donors;
+    for (const auto& d : target.donors) donors.push_back({d.peer_id, d.address});
+    auto verified = std::make_shared<uint64_t>(0);
     StateCheck check;
-    check.step = [=](int64_t step) -> Status {
-      if (step < min_step) return failed_precondition("step {} is behind this replica's {}", step, min_step);
-      if (majority_hash(*mates, step, now, stale)) return Status::ok();
-      return failed_precondition("no strict majority of {} fresh stage-mates published a hash for step {}",
-                                 mates->size(), step);
+    check.step = [&](int64_t step) -> Status {
+      if (step >= target.step) return Status::ok();
+      return failed_precondition("step {} is behind the vouched step {}", step, target.step);
     };
-    check.state = [this, mates, now, stale, verified](const Checkpoint& state) -> Status {
-      const auto expected = majority_hash(*mates, state.step, now, stale);
-      if (!expected) return failed_precondition("no strict majority vouches for step {}", state.step);
-      SWARM_ASSIGN_OR_RETURN(uint64_t hash, inspect_state(state));
-      if (hash != *expected) {
-        return data_loss("its parameters hash to {:016x}; a majority of stage-mates published {:016x} for step {}",
-                         hash, *expected, state.step);
-      }
+    check.state = [&](const Checkpoint& state) -> Status {
+      SWARM_ASSIGN_OR_RETURN(uint64_t hash, StateInspection<S>::inspect(*replica_, state));
+      const bool ok = (state.step == target.step && hash == target.hash) || vouched(state.step, hash);
+      if (!ok) return data_loss("its parameters hash to {:016x}, which no majority vouches for at step {}", hash, state.step);
       *verified = hash;
       return Status::ok();
     };
-    return check;
-  }
-
-  struct ParamLayout {
-    std::string name;
-    DType dtype;
-    Shape shape;
-  };
-  // What a downloaded state holds, as far as Replica::load cares.
-  struct StateTally {
-    std::map<std::string, const Tensor*> params;
-    std::map<std::string, int> moments;  // per parameter: 1 the first moment, 2 the second
-    int step_counters = 0;
-  };
-
-  // Checks a downloaded state against this stage before anything loads it, as
-  // Replica::load would and more (finite values), so a state that passes loads; and
-  // returns the parameters hash the replica will have once it does (the parameters
-  // in the stage's order, under the stage's names).
-  Result<uint64_t> inspect_state(const Checkpoint& state) {
-    const auto layout = replica_->exclusive([](S& stage) {
-      std::vector<ParamLayout> out;
-      for (const auto& view : stage.parameter_views()) out.push_back({view.name, view.value.dtype(), view.value.shape()});
-      return out;
-    });
-    std::map<std::string, const ParamLayout*> by_name;
-    for (const auto& p : layout) by_name[p.name] = &p;
-    StateTally tally;
-    for (const NamedTensor& named : state.tensors) SWARM_RETURN_IF_ERROR(check_state_entry(named, by_name, &tally));
-    if (tally.params.size() != layout.size()) {
-      return invalid_argument("the state has {} of this stage's {} parameters", tally.params.size(), layout.size());
-    }
-    if (tally.step_counters != 1) return invalid_argument("the state has {} optimizer step counters", tally.step_counters);
-    for (const auto& [param, which] : tally.moments) {
-      if (which != 3) return invalid_argument("the state has one optimizer moment of {} without the other", param);
-    }
-    SWARM_RETURN_IF_ERROR(check_finite(state));
-    std::vector<NamedTensorView> views;
-    for (const auto& p : layout) views.push_back({p.name, tally.params.at(p.name)->view()});
-    return content_hash(views);
-  }
-
-  // One tensor of a downloaded state: a parameter of this stage with its dtype and
-  // shape, an optimizer moment (f32, the second one >= 0) of one of them with its
-  // shape, or the optimizer's step counter (>= 0). Anything else, or any of them
-  // twice, is no part of this stage's state.
-  static Status check_state_entry(const NamedTensor& named, const std::map<std::string, const ParamLayout*>& layout,
-                                  StateTally* tally) {
-    const std::string_view name = named.name;
-    const Tensor& t = named.tensor;
-    // Of the parameter's shape, and of `dtype` (unset: the parameter's).
-    auto fits = [&](const std::string& param, std::optional<DType> dtype) {
-      auto it = layout.find(param);
-      return it != layout.end() && t.dtype() == dtype.value_or(it->second->dtype) && t.shape() == it->second->shape;
-    };
-    if (name.starts_with(kParamPrefix)) {
-      const std::string param(name.substr(kParamPrefix.size()));
-      if (!fits(param, std::nullopt)) return invalid_argument("state parameter {} does not fit this stage", param);
-      if (!tally->params.emplace(param, &t).second) return invalid_argument("state parameter {} appears twice", param);
-      return Status::ok();
-    }
-    const std::string_view entry = name.starts_with(kOptimizerPrefix) ? name.substr(kOptimizerPrefix.size()) : "";
-    if (entry == optim::kStepStateName && t.dtype() == DType::i64 && t.numel() == 1 && t.data<int64_t>()[0] >= 0) {
-      ++tally->step_counters;
-      return Status::ok();
-    }
-    for (int which : {1, 2}) {
-      const std::string_view prefix = which == 1 ? optim::kFirstMomentPrefix : optim::kSecondMomentPrefix;
-      if (!entry.starts_with(prefix)) continue;
-      const std::string param(entry.substr(prefix.size()));
-      if (!fits(param, DType::f32)) break;
-      const auto values = t.span<const float>();
-      if (which == 2 && std::any_of(values.begin(), values.end(), [](float x) { return x < 0.0f; })) {
-        return invalid_argument("state tensor {} holds a negative second moment", name);
-      }
-      int& seen = tally->moments[param];
-      if ((seen & which) != 0) return invalid_argument("state tensor {} appears twice", name);
-      seen |= which;
-      return Status::ok();
-    }
-    return invalid_argument("state tensor {} is no part of this stage's state", name);
-  }
-
-  void download_from(const std::vector<AllReduceMember>& members) {
     StateDownloadReport report;
-    auto verified = std::make_shared<uint64_t>(0);
-    auto state = download_state(*clients_, stage(), members, config_.state_transfer, &report,
-                                state_check(replica_->step(), verified));
+    auto state = download_state(*clients_, stage(), donors, config_.state_transfer, &report, check);
     for (const auto& why : report.refused) log_warn("peer {}: refused a state: {}", config_.peer_id, why);
     if (!report.refused.empty()) {
       stats_->update([&](PeerStats& s) { s.states_refused += static_cast<int64_t>(report.refused.size()); });
     }
+    bool loaded = false;
     if (!state.is_ok()) {
       log_warn("peer {}: state download failed: {}", config_.peer_id, state.status().to_string());
-      read_progress();
-      return;
-    }
-    // inspect_state checked what load checks: a failure here means the two disagree,
-    // and load leaves the replica as it was.
-    if (Status loaded = replica_->load(*state); !loaded.is_ok()) {
-      log_warn("peer {}: downloaded state does not fit: {}", config_.peer_id, loaded.to_string());
-      return;
-    }
-    const uint64_t hash = replica_->params_hash();
-    if (hash != *verified) {  // inspect_state and the replica disagree on the hash: a bug, not an attack
+    } else if (Status status = replica_->load(*state); !status.is_ok()) {
+      log_warn("peer {}: downloaded state does not fit: {}", config_.peer_id, status.to_string());
+    } else if (replica_->params_hash() != *verified) {  // inspection and replica disagree: a bug, not an attack
       log_error("peer {}: loaded state of step {} hashes to {:016x}, checked as {:016x}", config_.peer_id, state->step,
-                hash, *verified);
-      return;
+                replica_->params_hash(), *verified);
+    } else {
+      loaded = true;
+      stats_->update([&](PeerStats& s) {
+        ++s.state_downloads;
+        s.last_download_donors = static_cast<int64_t>(report.donors_used.size());
+        s.last_download_resumed_at = report.resumed_at;
+        s.global_step = state->step;
+        s.params_hash = *verified;
+      });
+      log_info("peer {}: downloaded {} bytes of step {} from {} (resumed at {}), hash {:016x}", config_.peer_id,
+               report.bytes, state->step, fmt::join(report.donors_used, ","), report.resumed_at, *verified);
     }
-    inbox_.finish_step(state->step - 1);
-    needs_resync_ = false;
-    stats_->update([&](PeerStats& s) {
-      ++s.state_downloads;
-      s.last_download_donors = static_cast<int64_t>(report.donors_used.size());
-      s.last_download_resumed_at = report.resumed_at;
-      s.global_step = state->step;
-      s.params_hash = hash;
-    });
-    log_info("peer {}: downloaded {} bytes of step {} from {} (resumed at {}), hash {:016x}; serving", config_.peer_id,
-             report.bytes, state->step, fmt::join(report.donors_used, ","), report.resumed_at, hash);
-    (void)publish_progress(false);
-    start_serving();
+    std::lock_guard lock(mu_);
+    rounds_->resync_finished(loaded, registry_->now());
   }
 
-  // ---- rounds ----
-
-  void run_round() {
-    const int64_t step = replica_->step();
-    auto taken = replica_->take_gradients();
-    if (!taken.is_ok()) {
-      log_warn("peer {}: no round for step {}: {}", config_.peer_id, step, taken.status().to_string());
-      return;
-    }
-    typename Replica<S>::Gradients gradients = std::move(taken).value();
-    round_nonce_ = nonce_source_.next() | 1;  // never 0, which means "not seen"
-    (void)publish_progress(true, gradients.samples);
-    if (!gather(step, gradients.samples)) return;
-    AllReduceRound round = make_round(step, gradients);
-    AllReduceHooks hooks;
-    if (config_.test_die_after_allreduce_sends > 0) {
-      hooks.after_send = [this](int64_t sent) {
-        return sent >= config_.test_die_after_allreduce_sends
-                   ? flags_->die(config_.peer_id, "in the middle of an all-reduce")
-                   : Status::ok();
-      };
-    }
-    auto result = butterfly_all_reduce<Codecs>(*clients_, inbox_, round, gradients.mean, config_.all_reduce, hooks);
-    if (flags_->dead) {
-      if (flags_->on_death) flags_->on_death();
-      return;
-    }
-    if (!result.is_ok()) {
-      log_warn("peer {}: round of step {} failed: {}", config_.peer_id, step, result.status().to_string());
-      fail_round(gradients.samples);
-      set_serving(false);  // the stage-mates that finished hold the stage's state now
-      return;
-    }
-    allreduce_bytes_ += result->payload_bytes_sent;
-    allreduce_values_ += result->payload_values_sent;
-    finish_round(step, gradients.params_hash, *result);
-  }
-
-  // Waits for the stage-mates at this step to join; false if the round cannot happen.
-  bool gather(int64_t step, int64_t samples) {
-    const Deadline until = deadline_after(config_.gather_timeout_seconds);
-    while (true) {
-      read_progress();
-      const GroupReadiness readiness =
-          group_readiness(stage_progress_, step, registry_->now(), config_.progress_stale_seconds);
-      if (readiness == GroupReadiness::someone_ahead) {
-        log_warn("peer {}: a stage-mate is past step {}; dropping this round", config_.peer_id, step);
-        fail_round(samples);
-        return false;
-      }
-      if (readiness == GroupReadiness::complete || Clock::now() >= until) return true;
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stopping_; });
-      if (stopping_) return false;
-    }
-  }
-
-  AllReduceRound make_round(int64_t step, const typename Replica<S>::Gradients& gradients) {
-    AllReduceRound round;
-    round.stage = stage();
-    round.step = step;
-    round.my_id = config_.peer_id;
-    // Owners refuse a weight above the global batch; samples that arrived while a
-    // long round ran may exceed it, and are worth no more than a full batch.
-    round.weight = static_cast<double>(std::min(gradients.samples, config_.global_batch_samples));
-    round.params_hash = gradients.params_hash;
-    round.members.push_back({config_.peer_id, control_address_, round_nonce_});
-    for (const auto& r : round_members(stage_progress_, step, registry_->now(), config_.progress_stale_seconds)) {
-      // The count it published as it joined (publish_progress(true, samples)) caps its weight.
-      round.members.push_back({r.peer_id, r.address, r.averaging ? r.round_nonce : 0, static_cast<double>(r.samples)});
-    }
-    return round;
-  }
-
-  void fail_round(int64_t samples) {
-    replica_->lose_round_samples();  // in the replica's ledger too, so they stay accounted for
-    stats_->update([&](PeerStats& s) {
-      ++s.rounds_failed;
-      s.lost_samples += samples;
-    });
-    needs_resync_ = true;
-  }
-
-  void finish_round(int64_t step, uint64_t hash_before, const AllReduceResult& result) {
-    const uint64_t consensus = consensus_hash(result.params_hashes);
-    Status stepped = replica_->apply_global_step(result.averaged, config_.schedule);
-    if (!stepped.is_ok()) log_warn("peer {}: step {} skipped: {}", config_.peer_id, step + 1, stepped.to_string());
-    const uint64_t hash = replica_->params_hash();
-    stats_->update([&](PeerStats& s) {
-      // Counted with the step itself, so whoever sees the new step sees the round too.
-      ++s.rounds_completed;
-      ++s.optimizer_steps;
-      if (hash_before != consensus) ++s.diverged;
-      s.global_step = step + 1;
-      s.params_hash = hash;
-      s.allreduce_bytes = allreduce_bytes_;
-      s.allreduce_values = allreduce_values_;
-    });
-    inbox_.finish_step(step);
-    bool leader = result.members.front().peer_id == config_.peer_id;
-    if (hash_before != consensus) {
-      // Stepped from different parameters than the stage: this replica is wrong.
-      log_warn("peer {}: parameters at step {} hashed {:016x}, the stage's {:016x}: re-syncing", config_.peer_id, step,
-               hash_before, consensus);
-      set_serving(false);
-      needs_resync_ = true;
-      leader = false;
-    }
-    (void)publish_progress(false);
-    if (leader) maybe_checkpoint(step + 1);
+  bool vouched(int64_t step, uint64_t hash) {
+    std::lock_guard lock(mu_);
+    return rounds_->vouched(step, hash);
   }
 
   void maybe_checkpoint(int64_t step) {
@@ -735,39 +508,30 @@ class StageSync {
   PeerFlags* flags_;
   std::function<void()> announce_;
   std::string control_address_;
-  // Ids of the stage-mates in stage_progress_, for the server threads' inbox (which
-  // asks them, so they outlive it).
-  std::mutex known_mates_mu_;
-  std::set<std::string> known_mates_;
-  AllReduceInbox inbox_;
+  ReplicaPort<S> port_;
   StateDonor donor_;
 
-  // The sync thread's own state.
-  std::vector<ProgressRecord> stage_progress_;
-  double last_progress_read_ = -1e9;
-  int64_t progress_reads_ = 0;
-  bool needs_resync_ = false;  // a round failed or this replica diverged
-  double catching_up_since_ = -1;
-  uint64_t round_nonce_ = 0;
-  SplitMix64 nonce_source_;
-  double rate_window_start_ = -1;
-  int64_t rate_window_samples_ = 0;
-  double samples_per_second_ = 0;
-  int64_t allreduce_bytes_ = 0;
-  int64_t allreduce_values_ = 0;
-  int64_t reported_refused_ = 0;
-  int64_t reported_ignored_ = 0;
-  double last_unverifiable_log_ = -1e9;
-  double last_inbox_log_ = -1e9;
-
-  std::mutex mu_;
+  std::mutex mu_;  // rounds_ and the flags below
+  std::unique_ptr<StageRounds> rounds_;
   std::condition_variable cv_;
   bool stopping_ = false;
-  bool samples_arrived_ = false;
   bool leaving_ = false;
   bool left_ = false;
   std::condition_variable left_cv_;
   std::atomic<bool> departed_{false};
+  std::atomic<int64_t> malformed_{0}, impostor_{0};
+
+  // The reader's own.
+  std::map<std::string, ProgressRecord> known_records_;
+  // The sync thread's own.
+  std::vector<InFlight> in_flight_;
+  int64_t parts_sent_ = 0;
+  double rate_window_start_ = -1;
+  int64_t rate_window_samples_ = 0;
+  double samples_per_second_ = 0;
+
+  PeriodicTask publisher_;
+  PeriodicTask reader_;
   std::thread thread_;
 };
 

@@ -18,6 +18,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cctype>
@@ -29,6 +30,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -75,7 +77,15 @@ std::string shorten(std::string_view text) {
 
 // ---------------------------------------------------------------- the oracle ---
 
-enum class Kind { text, nonempty_text, integer, number, boolean, hex, hashes, tensor_spec, dtype, codec, device };
+enum class Kind {
+  text, nonempty_text, integer, number, boolean, hex, hashes, tensor_spec, dtype, codec, device,
+  peer_state,  // a progress record's state: one of kPeerStates
+  members,     // ids in strictly increasing order, non-empty, bounded in count and length
+};
+
+// The names a progress record's state may have (ProgressRecord::state_name's).
+constexpr const char* kPeerStates[] = {"serving", "averaging", "resyncing", "looking"};
+constexpr size_t kMaxMemberIdBytes = 256;
 
 struct Field {
   std::string name;
@@ -135,6 +145,20 @@ bool field_ok(const Field& f, const json& v) {
     case Kind::dtype: return v.is_string() && dtype_from_name(v.get<std::string>()).has_value();
     case Kind::codec: return v.is_string() && codec_from_name(v.get<std::string>()).has_value();
     case Kind::device: return v.is_string() && (v.get<std::string>() == "cpu" || v.get<std::string>() == "cuda");
+    case Kind::peer_state:
+      return v.is_string() && std::find(std::begin(kPeerStates), std::end(kPeerStates), v.get<std::string>()) !=
+                                  std::end(kPeerStates);
+    case Kind::members: {
+      if (!v.is_array() || v.size() > ProgressRecord::kMaxMembers) return false;
+      const std::string* last = nullptr;
+      for (const json& id : v) {
+        if (!id.is_string()) return false;
+        const std::string& s = id.get_ref<const std::string&>();
+        if (s.empty() || s.size() > kMaxMemberIdBytes || (last != nullptr && !(*last < s))) return false;
+        last = &s;
+      }
+      return true;
+    }
   }
   return false;
 }
@@ -374,8 +398,52 @@ class Fuzz {
         static const char* const kDevices[] = {"cpu", "cuda", "CUDA", "gpu", "", "cuda0", "tpu"};
         return good ? json(kDevices[below(2)]) : json(kDevices[below(std::size(kDevices))]);
       }
+      case Kind::peer_state: {
+        // The first four are states; the rest are not.
+        static const char* const kStates[] = {"serving", "averaging", "resyncing", "looking", "Serving", "",
+                                              "idle",    "averaging ", "resync",   "LOOKING", "departed"};
+        if (good) return kStates[below(std::size(kPeerStates))];
+        return chance(0.8) ? json(kStates[below(std::size(kStates))]) : json(static_cast<int64_t>(below(4)));
+      }
+      case Kind::members: return members_value(good);
     }
     return nullptr;
+  }
+
+  // Distinct ids in order: mostly short, sometimes at the bounds (kMaxMembers of
+  // them, kMaxMemberIdBytes long) or past them.
+  std::vector<std::string> member_ids(size_t n, size_t max_len) {
+    std::set<std::string> ids;
+    for (size_t tries = 0; ids.size() < n && tries < 4 * n + 8; ++tries) {
+      std::string id = ascii(max_len);
+      if (chance(0.02)) id = std::string(max_len, static_cast<char>('a' + below(26))) + id;
+      id.resize(std::min(id.size(), max_len));
+      if (!id.empty()) ids.insert(std::move(id));
+    }
+    return {ids.begin(), ids.end()};
+  }
+  json members_value(bool good) {
+    const size_t n = chance(0.9) ? below(8)
+                                 : (chance(0.5) ? ProgressRecord::kMaxMembers : ProgressRecord::kMaxMembers + 1 + below(4));
+    const size_t max_len = chance(0.9) ? 16 : kMaxMemberIdBytes;
+    std::vector<std::string> ids = member_ids(n, max_len);
+    json a = json::array();
+    for (const std::string& id : ids) a.push_back(id);
+    if (good || a.empty() || chance(0.2)) return a;
+    switch (below(7)) {  // one fault in an otherwise ordered list
+      case 0: std::swap(a[0], a[a.size() - 1]); break;  // out of order (unless one id)
+      case 1: {  // twice
+        const json dup = a[below(a.size())];
+        a.insert(a.begin() + static_cast<std::ptrdiff_t>(below(a.size() + 1)), dup);
+        break;
+      }
+      case 2: a.insert(a.begin(), ""); break;                                                                    // empty
+      case 3: a[below(a.size())] = std::string(kMaxMemberIdBytes + 1 + below(2), 'z'); break;                   // too long
+      case 4: a[below(a.size())] = any_integer(); break;                                                         // not text
+      case 5: a[below(a.size())] = any_value(1); break;
+      default: return a.back();  // not an array
+    }
+    return a;
   }
 
   json document(const std::vector<Field>& fields) {
@@ -610,11 +678,12 @@ const std::vector<Field> kProgressFields = {
     {"samples", Kind::integer, false, 0, kI64Max},
     {"samples_per_s", Kind::number, false, kI64Min, kI64Max, 0.0, kInf},
     {"time", Kind::number, true},
-    {"averaging", Kind::boolean, false},
+    {"state", Kind::peer_state, false},
     {"hash", Kind::hex, false},
     {"hashes", Kind::hashes, false},
     {"mates", Kind::integer, false, 0, std::numeric_limits<int32_t>::max()},
-    {"nonce", Kind::hex, false},
+    {"group", Kind::hex, false},
+    {"members", Kind::members, false},
     {"allreduce_bytes", Kind::integer, false, 0, kI64Max},
     {"allreduce_values", Kind::integer, false, 0, kI64Max},
     {"departed", Kind::boolean, false},
@@ -623,8 +692,9 @@ const std::vector<Field> kProgressFields = {
 bool same(const ProgressRecord& a, const ProgressRecord& b) {
   return a.peer_id == b.peer_id && a.address == b.address && a.stage == b.stage && a.step == b.step &&
          a.samples == b.samples && same_double(a.samples_per_second, b.samples_per_second) &&
-         same_double(a.published_at, b.published_at) && a.averaging == b.averaging &&
-         a.params_hash == b.params_hash && a.round_nonce == b.round_nonce &&
+         same_double(a.published_at, b.published_at) && a.state == b.state &&
+         a.params_hash == b.params_hash && a.committed_group == b.committed_group &&
+         a.committed_members == b.committed_members &&
          a.stage_mates_seen == b.stage_mates_seen && a.recent_hashes == b.recent_hashes &&
          a.allreduce_bytes == b.allreduce_bytes && a.allreduce_values == b.allreduce_values && a.departed == b.departed;
 }
@@ -638,9 +708,15 @@ ProgressRecord progress_said(const json& doc) {
   r.samples = int_of(doc, "samples");
   r.samples_per_second = number_of(doc, "samples_per_s");
   r.published_at = number_of(doc, "time");
-  r.averaging = doc.contains("averaging") && doc.at("averaging").get<bool>();
+  if (doc.contains("state")) {
+    for (size_t i = 0; i < std::size(kPeerStates); ++i) {
+      const auto state = static_cast<ProgressRecord::State>(i);
+      if (ProgressRecord::state_name(state) == doc.at("state").get<std::string>()) r.state = state;
+    }
+  }
   r.params_hash = hex_of(doc, "hash");
-  r.round_nonce = hex_of(doc, "nonce");
+  r.committed_group = hex_of(doc, "group");
+  if (doc.contains("members")) r.committed_members = doc.at("members").get<std::vector<std::string>>();
   r.stage_mates_seen = static_cast<int>(int_of(doc, "mates"));
   r.allreduce_bytes = int_of(doc, "allreduce_bytes");
   r.allreduce_values = int_of(doc, "allreduce_values");
@@ -660,9 +736,12 @@ ProgressRecord random_progress(Fuzz& f) {
   r.samples = f.in_range(int64_t{0}, kI64Max);
   r.samples_per_second = f.in_range(0.0, 1e9);
   r.published_at = f.in_range(-1e9, 1e9);
-  r.averaging = f.chance(0.5);
+  r.state = static_cast<ProgressRecord::State>(f.below(std::size(kPeerStates)));
   r.params_hash = f.next();
-  r.round_nonce = f.next();
+  r.committed_group = f.next();
+  const size_t members = f.chance(0.95) ? f.below(8) : ProgressRecord::kMaxMembers;
+  const size_t id_bytes = f.chance(0.9) ? 16 : kMaxMemberIdBytes;
+  r.committed_members = f.member_ids(members, id_bytes);
   r.stage_mates_seen = static_cast<int>(f.below(300));
   for (size_t i = f.below(17); i > 0; --i) {
     const int64_t step = f.in_range(int64_t{0}, kI64Max);

@@ -54,6 +54,8 @@
 
 #include "models/mlp/mlp_stage.h"
 #include "swarm/averaging/all_reduce.h"
+#include "swarm/averaging/round_messages.h"
+#include "swarm/peer/stage_state.h"
 #include "swarm/averaging/averaging_messages.h"
 #include "swarm/averaging/progress.h"
 #include "swarm/averaging/state_transfer.h"
@@ -492,8 +494,8 @@ class Campaign {
     return Honest{*wire::encode_message(header, {}), {}};
   }
 
-  // A part from the announced stage-mate for step 0 or 1, with random indices;
-  // accepted until its key repeats or the inbox is full, so not asserted.
+  // A round part from the announced stage-mate for step 0 or 1, with random
+  // indices, of a group nobody began: refused, and answered, so not asserted.
   Honest part() {
     const int from = static_cast<int>(fuzz_.below(4));
     int part = static_cast<int>(fuzz_.below(4));
@@ -503,15 +505,20 @@ class Campaign {
                                               : static_cast<int64_t>(fuzz_.below(64));
     std::vector<float> values(static_cast<size_t>(count));
     for (float& v : values) v = fuzz_.normal();
-    auto payload = all_reduce_detail::encode_values<Codecs>(kCodec, values);
-    const uint64_t digest = fuzz_.next();
-    const int64_t step = static_cast<int64_t>(fuzz_.below(2));
-    const int chunk = static_cast<int>(fuzz_.below(16));
-    const double weight = static_cast<double>(fuzz_.below(64));
-    const uint64_t hash = fuzz_.next();
-    Honest h{*all_reduce_detail::encode_part(0, digest, step, phase, part, chunk, from, kMate, weight, hash, kCodec,
-                                             count, *payload),
-             {}};
+    RoundMessage m;
+    m.op = RoundOp::part;
+    m.stage = 0;
+    m.step = static_cast<int64_t>(fuzz_.below(2));
+    m.sender = kMate;
+    m.leader = kMate;
+    m.group = fuzz_.next() | 1;
+    m.phase = phase;
+    m.part = part;
+    m.chunk = static_cast<int>(fuzz_.below(16));
+    m.from = from;
+    m.params_hash = fuzz_.next();
+    m.values = std::move(values);
+    Honest h{*encode_round_message(m, RoundCodec::of<Codecs>(kCodec)), {}};
     h.must_succeed = false;
     h.meta = control_meta(h.frames);
     return h;
@@ -678,7 +685,10 @@ Result<wire::Frames> call_once(Target& target, wire::Frames frames) {
 TEST_CASE("live peers survive 100k seeded hostile messages per kind, answer every one, and still serve") {
   InProcessRegistry registry;
   // The mate's record is up before peer A starts, so A never serves alone.
-  auto mate = std::make_unique<MateAnnouncer>(&registry, 0);
+  // It holds A's own parameters (the same seed), so A serves them; A can never
+  // reach it, so A never holds a majority to step with the fuzzed gradients.
+  auto probe = *mlp::MlpStage::create(kHidden, 11);
+  auto mate = std::make_unique<MateAnnouncer>(&registry, parameters_hash(probe).value());
   auto peer_a = start_peer(&registry, 0, /*global=*/true);
   auto peer_b = start_peer(&registry, 1, /*global=*/false);
 
@@ -701,11 +711,13 @@ TEST_CASE("live peers survive 100k seeded hostile messages per kind, answer ever
   Fuzz fuzz(20240917);
   Campaign campaign(fuzz);
 
-  // Honest calls first: the stage-mate's part reaches the inbox, the donor answers.
+  // Well-formed calls first: the stage-mate's part passes the checks and reaches the
+  // round protocol, which refuses it (no BEGIN for its group); the donor answers.
   {
     Honest part = campaign.part();
     auto reply = decode_result_reply(call_once(a_control, std::move(part.frames)));
-    REQUIRE_MESSAGE(reply.is_ok(), "an honest part from the announced stage-mate: " << reply.status().to_string());
+    REQUIRE_MESSAGE(reply.status().code() == StatusCode::failed_precondition,
+                    "a well-formed part from the announced stage-mate: " << reply.status().to_string());
   }
   StateInfo state_info;
   {

@@ -334,6 +334,13 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
 
   train_one_global_batch();
   const auto round_started = Clock::now();
+  // The round c dies in is aborted: nobody steps, a and b keep their gradients.
+  // The samples c held died with it, so the stage steps once a and b hold a
+  // global batch between them: one more batch of microbatches gives them that.
+  REQUIRE(a->wait_for_stats([](const PeerStats& s) { return s.rounds_failed >= 1; }, seconds_from_now(20)));
+  CHECK(a->stats().global_step == 0);
+  CHECK(b->stats().global_step == 0);
+  train_one_global_batch();
   REQUIRE(wait_for_step({a.get(), b.get(), c.get(), z.get()}, 1));
   const double round_seconds = std::chrono::duration<double>(Clock::now() - round_started).count();
   CHECK(c->dead());
@@ -503,17 +510,27 @@ TEST_CASE("forged states (wrong hash, NaN, wrong size, negative moment) are refu
     CHECK(f->chunks_served > 0);  // each was asked, its whole state fetched, and refused
   }
 
-  // Parts sent to the joiner's control server: as a stage-mate from the banned
-  // connection, as no stage-mate at all, and for a step far ahead.
+  // Round parts sent to the joiner's control server: as a stage-mate from the
+  // banned connection, for a group it never received a BEGIN for, and for a step
+  // far ahead: each refused at once, and counted.
   auto send = [&](InprocClient& client, const std::string& sender, int64_t step) {
-    const std::vector<float> values{1, 2};
-    auto frames = all_reduce_detail::encode_part(0, 77, step, 0, 0, 0, 1, sender, 8, 1, values);
+    RoundMessage part;
+    part.op = RoundOp::part;
+    part.step = step;
+    part.sender = sender;
+    part.leader = sender;
+    part.group = 77;
+    part.phase = 0;
+    part.part = 0;
+    part.from = 1;
+    part.values = {1, 2};
+    auto frames = encode_round_message(part, RoundCodec::raw());
     REQUIRE(frames.is_ok());
     return decode_result_reply(client.call(std::move(frames).value(), seconds_from_now(5)).get()).status();
   };
   CHECK(send(*impostor, "fg-a", 1).code() == StatusCode::permission_denied);
-  CHECK(send(*outsider, "fg-nobody", 1).code() == StatusCode::permission_denied);
-  CHECK(send(*outsider, "fg-a", 50).code() == StatusCode::out_of_range);
+  CHECK(send(*outsider, "fg-nobody", 1).code() == StatusCode::failed_precondition);
+  CHECK(send(*outsider, "fg-a", 50).code() == StatusCode::failed_precondition);
   CHECK(d->wait_for_stats([](const PeerStats& s) { return s.parts_refused == 3; }, seconds_from_now(10)));
 }
 

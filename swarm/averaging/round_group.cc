@@ -1,0 +1,177 @@
+#include "swarm/averaging/round_group.h"
+
+#include <algorithm>
+
+#include <xxhash.h>
+
+namespace swarm {
+
+uint64_t make_group_id(int64_t step, const std::string& leader, uint64_t round_counter) {
+  const std::string text = std::to_string(step) + '\n' + leader + '\n' + std::to_string(round_counter);
+  const uint64_t id = XXH3_64bits(text.data(), text.size());
+  return id == 0 ? 1 : id;  // 0 means "no group"
+}
+
+RoundGroup::RoundGroup(GroupSpec spec, RoundCodec codec) : spec_(std::move(spec)), codec_(codec) {
+  me_ = member_index(spec_.me);
+}
+
+int RoundGroup::member_index(const std::string& peer_id) const {
+  for (size_t i = 0; i < spec_.members.size(); ++i) {
+    if (spec_.members[i].peer_id == peer_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<RoundGroup::Range> RoundGroup::chunks_of(int part) const {
+  std::vector<Range> out;
+  const Range r = parts_[static_cast<size_t>(part)];
+  const int64_t max = std::max<int64_t>(spec_.max_chunk_elements, 1);
+  if (r.size() == 0) out.push_back({r.begin, r.begin});
+  for (int64_t b = r.begin; b < r.end; b += max) out.push_back({b, std::min(r.end, b + max)});
+  return out;
+}
+
+RoundMessage RoundGroup::part_header(int phase, int part, int chunk) const {
+  RoundMessage m;
+  m.op = RoundOp::part;
+  m.stage = spec_.stage;
+  m.step = spec_.step;
+  m.sender = spec_.me;
+  m.leader = spec_.leader;
+  m.group = spec_.group;
+  m.phase = phase;
+  m.part = part;
+  m.chunk = chunk;
+  m.from = me_;
+  m.params_hash = spec_.params_hash;
+  return m;
+}
+
+Status RoundGroup::send_part(int to, const RoundMessage& header, const wire::Frame& payload, int64_t count) {
+  SWARM_ASSIGN_OR_RETURN(wire::Frames frames, encode_round_part(header, codec_.codec, count, payload));
+  const RoundMember& member = spec_.members[static_cast<size_t>(to)];
+  outgoing_.push_back({member.peer_id, member.address, RoundOp::part, spec_.group, std::move(frames)});
+  payload_bytes_sent_ += static_cast<int64_t>(payload.size());
+  payload_values_sent_ += count;
+  return Status::ok();
+}
+
+Status RoundGroup::start(std::vector<float> mean) {
+  if (me_ < 0) return invalid_argument("peer {} is not a member of group {:016x}", spec_.me, spec_.group);
+  if (started_) return failed_precondition("group {:016x} started already", spec_.group);
+  started_ = true;
+  mean_ = std::move(mean);
+  hashes_[spec_.me] = spec_.params_hash;
+  const int64_t n = size();
+  const int64_t total = static_cast<int64_t>(mean_.size());
+  for (int64_t i = 0, begin = 0; i < n; ++i) {
+    const int64_t len = total / n + (i < total % n ? 1 : 0);
+    parts_.push_back({begin, begin + len});
+    begin += len;
+  }
+  if (n == 1) {
+    averaged_ = mean_;
+    reduced_ = true;
+    gathered_values_ = total;
+    return Status::ok();
+  }
+  averaged_.assign(mean_.size(), 0.0f);
+  SWARM_RETURN_IF_ERROR(send_contributions());
+  return maybe_reduce();  // anything that arrived before this member started
+}
+
+Status RoundGroup::send_contributions() {
+  for (int j = 0; j < size(); ++j) {
+    const std::vector<Range> chunks = chunks_of(j);
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const std::span<const float> values(mean_.data() + chunks[c].begin, static_cast<size_t>(chunks[c].size()));
+      SWARM_ASSIGN_OR_RETURN(wire::Frame payload, codec_.encode_values(values));
+      if (j == me_) {  // mine goes through the codec like everyone else's
+        std::vector<float> decoded(values.size());
+        SWARM_RETURN_IF_ERROR(codec_.decode_values(
+            std::as_bytes(std::span<const char>(payload.data(), payload.size())), decoded));
+        contributions_[{me_, static_cast<int>(c)}] = std::move(decoded);
+        continue;
+      }
+      SWARM_RETURN_IF_ERROR(send_part(j, part_header(0, j, static_cast<int>(c)), payload, chunks[c].size()));
+    }
+  }
+  return Status::ok();
+}
+
+Status RoundGroup::receive(const RoundMessage& m) {
+  if (m.group != spec_.group || m.step != spec_.step) return invalid_argument("a part of another round");
+  if (m.from < 0 || m.from >= size() || spec_.members[static_cast<size_t>(m.from)].peer_id != m.sender) {
+    return invalid_argument("part from {} under member index {}", m.sender, m.from);
+  }
+  if (m.part >= size() || (m.phase == 0 && m.part != me_)) return invalid_argument("part {} is not for this member", m.part);
+  if (parts_.empty()) {
+    // Not started: sizes are not known yet; the caller holds early parts until start().
+    return failed_precondition("group {:016x} has not started", spec_.group);
+  }
+  const std::vector<Range> chunks = chunks_of(m.part);
+  if (m.chunk >= static_cast<int>(chunks.size()) ||
+      static_cast<int64_t>(m.values.size()) != chunks[static_cast<size_t>(m.chunk)].size()) {
+    return invalid_argument("part {} chunk {} of {} values does not fit", m.part, m.chunk, m.values.size());
+  }
+  auto& store = m.phase == 0 ? contributions_ : gathered_;
+  const std::pair<int, int> key{m.from, m.chunk};
+  if (store.count(key) != 0) return already_exists("part {} chunk {} from {} is held already", m.part, m.chunk, m.sender);
+  store[key] = m.values;
+  hashes_[m.sender] = m.params_hash;
+  if (m.phase == 1) {
+    std::copy(m.values.begin(), m.values.end(), averaged_.begin() + chunks[static_cast<size_t>(m.chunk)].begin);
+    gathered_values_ += static_cast<int64_t>(m.values.size());
+    return Status::ok();
+  }
+  return maybe_reduce();
+}
+
+Status RoundGroup::maybe_reduce() {
+  if (reduced_ || !started_) return Status::ok();
+  const std::vector<Range> mine = chunks_of(me_);
+  for (int i = 0; i < size(); ++i) {
+    for (size_t c = 0; c < mine.size(); ++c) {
+      if (contributions_.count({i, static_cast<int>(c)}) == 0) return Status::ok();
+    }
+  }
+  reduced_ = true;
+  for (size_t c = 0; c < mine.size(); ++c) {
+    const int64_t len = mine[c].size();
+    std::vector<double> sum(static_cast<size_t>(len), 0.0);
+    double total = 0;
+    for (int i = 0; i < size(); ++i) {
+      const double w = spec_.members[static_cast<size_t>(i)].weight;
+      if (!(w > 0)) continue;
+      total += w;
+      const std::vector<float>& x = contributions_.at({i, static_cast<int>(c)});
+      for (int64_t k = 0; k < len; ++k) sum[static_cast<size_t>(k)] += w * static_cast<double>(x[static_cast<size_t>(k)]);
+    }
+    std::vector<float> mean(static_cast<size_t>(len), 0.0f);
+    if (total > 0) {
+      for (int64_t k = 0; k < len; ++k) mean[static_cast<size_t>(k)] = static_cast<float>(sum[static_cast<size_t>(k)] / total);
+    }
+    // Encoded once, sent to all; this owner keeps exactly what they decode.
+    SWARM_ASSIGN_OR_RETURN(wire::Frame encoded, codec_.encode_values(mean));
+    SWARM_RETURN_IF_ERROR(
+        codec_.decode_values(std::as_bytes(std::span<const char>(encoded.data(), encoded.size())), mean));
+    std::copy(mean.begin(), mean.end(), averaged_.begin() + mine[c].begin);
+    gathered_values_ += len;
+    for (int j = 0; j < size(); ++j) {
+      if (j != me_) SWARM_RETURN_IF_ERROR(send_part(j, part_header(1, me_, static_cast<int>(c)), encoded, len));
+    }
+  }
+  contributions_.clear();
+  return Status::ok();
+}
+
+bool RoundGroup::complete() const {
+  return started_ && reduced_ && gathered_values_ == static_cast<int64_t>(averaged_.size());
+}
+
+std::vector<std::pair<std::string, uint64_t>> RoundGroup::hashes() const { return {hashes_.begin(), hashes_.end()}; }
+
+std::vector<Outgoing> RoundGroup::take_outgoing() { return std::exchange(outgoing_, {}); }
+
+}  // namespace swarm

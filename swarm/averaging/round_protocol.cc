@@ -1,0 +1,591 @@
+#include "swarm/averaging/round_protocol.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace swarm {
+
+Status RoundsConfig::validate(double publish_period_seconds) const {
+  if (peer_id.empty()) return invalid_argument("rounds: no peer id");
+  if (global_batch_samples < 1) return invalid_argument("the global batch must be >= 1 sample, got {}", global_batch_samples);
+  for (double s : {stale_seconds, join_period_seconds, joiner_silent_seconds, phase_timeout_seconds, look_seconds,
+                   publish_period_seconds}) {
+    if (!(s > 0)) return invalid_argument("rounds: every period and timeout must be > 0");
+  }
+  if (joiner_silent_seconds < 3 * join_period_seconds) {
+    return invalid_argument("a leader forgets a joiner silent {} s, under three of its {} s JOIN periods",
+                            joiner_silent_seconds, join_period_seconds);
+  }
+  if (stale_seconds < 3 * publish_period_seconds) {
+    return invalid_argument("records count as absent after {} s, under three of their {} s publication periods",
+                            stale_seconds, publish_period_seconds);
+  }
+  if (max_chunk_elements < 1 || max_members < 1 || max_early_values < 0) return invalid_argument("rounds: bad bounds");
+  return Status::ok();
+}
+
+StageRounds::StageRounds(RoundsConfig config, RoundReplica* replica, RoundCodec codec, double now)
+    : config_(std::move(config)), replica_(replica), codec_(codec), started_at_(now) {}
+
+// ---- inputs ----
+
+void StageRounds::observe(const std::vector<ProgressRecord>& records, double now) {
+  view_ = StageView::from(records, config_.peer_id, now, config_.stale_seconds);
+  for (auto it = unreachable_.begin(); it != unreachable_.end();) {
+    it = now - it->second > config_.stale_seconds ? unreachable_.erase(it) : std::next(it);
+  }
+}
+
+void StageRounds::tick(double now) {
+  if (mode_ == Mode::resyncing) return;  // the driver is downloading
+  if (group_) {
+    tick_group(now);
+    return;
+  }
+  if (check_behind(now)) return;
+  if (mode_ == Mode::looking) {
+    if (now - started_at_ < config_.look_seconds) return;
+    // A stage-mate re-syncing may be about to hold the stage's state: serving this
+    // replica's own (an old checkpoint, say) now could start a second lineage.
+    const bool mate_resyncing = std::any_of(view_.mates.begin(), view_.mates.end(), [](const ProgressRecord& r) {
+      return r.state == ProgressRecord::State::resyncing;
+    });
+    if (mate_resyncing && now - started_at_ < config_.look_seconds + 3 * config_.stale_seconds) return;
+    // A newcomer serves its own state (fresh weights, a checkpoint) only where the
+    // stage is empty or every stage-mate holds that same state: otherwise a state
+    // nobody vouches for yet (a stage-mate stepping, a forged record) is no reason
+    // to start a second lineage; it waits for a vouched one.
+    const bool same_state_everywhere = std::all_of(view_.mates.begin(), view_.mates.end(), [&](const ProgressRecord& r) {
+      return r.step == replica_->step() && r.params_hash == replica_->params_hash();
+    });
+    if (membership_.empty() && !same_state_everywhere) return;
+    mode_ = Mode::serving;  // nobody vouches for another state: this one is the stage's
+    events_.push_back({RoundEvent::Kind::serving, replica_->step(), 0, false, 0, "no vouched state ahead"});
+  }
+  tick_serving(now);
+}
+
+// A stage that went on without this peer, or a vouched state ahead: re-sync.
+bool StageRounds::check_behind(double now) {
+  const int64_t step = replica_->step();
+  auto vouched = vouched_state(view_, membership_, config_.peer_id, step, replica_->params_hash());
+  if (!vouched && !membership_.empty() && dropped_from_membership(view_, membership_, config_.peer_id, step)) {
+    // A newcomer again: the fresh records' majority vouches. Only once the old
+    // membership vouches for nothing: a round that went on without this peer is
+    // vouched by that membership, while fresh records count the stage-mates
+    // that hold no state of it (resyncing, looking) and may vouch for nothing,
+    // leaving this peer to serve its old step alone, a second lineage.
+    membership_.clear();
+    committed_group_ = 0;
+    vouched = vouched_state(view_, membership_, config_.peer_id, step, replica_->params_hash());
+  }
+  if (!vouched) {
+    for (const auto& r : view_.mates) counters_.unvouched_ahead += r.step > step;
+    return false;
+  }
+  drop_held();
+  mode_ = Mode::resyncing;
+  resync_target_ = std::move(vouched);
+  joiners_.clear();
+  events_.push_back({RoundEvent::Kind::resync, resync_target_->step, 0, false, 0,
+                     fmt::format("a majority vouches for step {} hash {:016x}", resync_target_->step,
+                                 resync_target_->hash)});
+  (void)now;
+  return true;
+}
+
+void StageRounds::resync_finished(bool loaded, double now) {
+  if (loaded && resync_target_) {
+    membership_ = std::set<std::string>(resync_target_->members.begin(), resync_target_->members.end());
+    committed_group_ = resync_target_->donors.empty() ? 0 : resync_target_->donors.front().committed_group;
+  }
+  resync_target_.reset();
+  mode_ = loaded ? Mode::serving : Mode::looking;
+  started_at_ = now;
+  finished_groups_.clear();
+  early_parts_.clear();
+  early_values_ = 0;
+}
+
+void StageRounds::tick_serving(double now) {
+  const int64_t step = replica_->step();
+  for (auto it = joiners_.begin(); it != joiners_.end();) {
+    it = now - it->second.heard_at > config_.joiner_silent_seconds ? joiners_.erase(it) : std::next(it);
+  }
+  std::set<std::string> joiner_ids;
+  for (const auto& [id, j] : joiners_) joiner_ids.insert(id);
+  StageView reachable = view_;
+  std::erase_if(reachable.mates, [&](const ProgressRecord& r) { return unreachable_.count(r.peer_id) != 0; });
+  const std::string leader = choose_leader(reachable, config_.peer_id, step, replica_->params_hash(), joiner_ids);
+  if (leader != leader_) {
+    leader_ = leader;
+    last_join_at_ = -1e18;
+  }
+  if (leader_ != config_.peer_id) {
+    joiners_.clear();
+    if (now - last_join_at_ >= config_.join_period_seconds) send_join(now);
+    return;
+  }
+  if (ready_to_begin(now)) begin_round(now);
+}
+
+void StageRounds::send_join(double now) {
+  const std::string address = address_of(leader_);
+  if (address.empty()) return;
+  RoundMessage m = control(RoundOp::join);
+  m.address = config_.address;
+  m.samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  m.samples_per_second = rate_;
+  m.params_hash = replica_->params_hash();
+  send(leader_, address, std::move(m));
+  last_join_at_ = now;
+}
+
+std::set<std::string> StageRounds::genesis_membership() const {
+  // No round committed yet: the peers holding this state, and every peer serving
+  // another. Those serving ahead count too: a newcomer (or a peer its stage
+  // dropped) and whoever else sits at its step would otherwise be a "majority"
+  // of themselves and step a second lineage beside the stage that went on.
+  std::set<std::string> out{config_.peer_id};
+  for (const auto& r : view_.mates) {
+    const bool same_state = r.step == replica_->step() && r.params_hash == replica_->params_hash();
+    const bool serving = r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging;
+    if (same_state || serving) out.insert(r.peer_id);
+  }
+  return out;
+}
+
+bool StageRounds::ready_to_begin(double now) {
+  std::set<std::string> group{config_.peer_id};
+  std::set<std::string> heard;
+  std::vector<ProgressRecord> records;
+  ProgressRecord own;
+  own.peer_id = config_.peer_id;
+  own.step = replica_->step();
+  own.samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  own.samples_per_second = rate_;
+  own.published_at = now;
+  records.push_back(own);
+  for (const auto& [id, j] : joiners_) {
+    group.insert(id);
+    heard.insert(id);
+    ProgressRecord r;
+    r.peer_id = id;
+    r.step = own.step;
+    r.samples = j.samples;
+    r.samples_per_second = j.rate;
+    r.published_at = j.heard_at;
+    records.push_back(r);
+  }
+  const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
+  if (!is_majority(group, present_members(view_, membership, config_.peer_id, heard))) return false;
+  const GlobalBatchConfig batch{config_.global_batch_samples, config_.stale_seconds, config_.start_on_estimated_arrival};
+  return decide_global_batch(batch, own.step, records, now).ready;
+}
+
+void StageRounds::begin_round(double now) {
+  GroupSpec spec;
+  spec.stage = config_.stage;
+  spec.step = replica_->step();
+  spec.leader = config_.peer_id;
+  spec.group = make_group_id(spec.step, config_.peer_id, ++rounds_begun_);
+  spec.me = config_.peer_id;
+  spec.max_chunk_elements = config_.max_chunk_elements;
+  spec.members.push_back({config_.peer_id, config_.address, 0});  // its weight: what it takes
+  const double cap = static_cast<double>(config_.global_batch_samples);
+  for (const auto& [id, j] : joiners_) spec.members.push_back({id, j.address, std::min(cap, double(j.samples))});
+  std::sort(spec.members.begin(), spec.members.end(),
+            [](const RoundMember& a, const RoundMember& b) { return a.peer_id < b.peer_id; });
+  ++counters_.rounds_led;
+  if (Status entered = enter_group(spec, now); !entered.is_ok()) {
+    events_.push_back({RoundEvent::Kind::aborted, spec.step, spec.group, true, 0, entered.to_string()});
+    return;
+  }
+  for (const auto& member : group_->round.spec().members) {
+    if (member.peer_id == config_.peer_id) continue;
+    RoundMessage m = control(RoundOp::begin);
+    m.members = group_->round.spec().members;
+    send(member.peer_id, member.address, std::move(m));
+  }
+  after_progress(now);
+}
+
+// Takes this step's gradients (with any kept from an aborted attempt) and starts the group.
+Status StageRounds::enter_group(GroupSpec spec, double now) {
+  auto taken = replica_->take_gradients();
+  if (!taken.is_ok()) return taken.status();
+  if (!held_) {
+    held_ = std::move(taken).value();
+  } else if (taken->samples > 0) {  // merged, weighted by samples
+    const double a = double(held_->samples), b = double(taken->samples);
+    for (size_t i = 0; i < held_->mean.size() && i < taken->mean.size(); ++i) {
+      held_->mean[i] = static_cast<float>((a * held_->mean[i] + b * taken->mean[i]) / (a + b));
+    }
+    held_->samples += taken->samples;
+  }
+  const double cap = static_cast<double>(config_.global_batch_samples);
+  for (auto& member : spec.members) {
+    if (member.peer_id == config_.peer_id && spec.leader == config_.peer_id) {
+      member.weight = std::min(cap, double(held_->samples));
+    }
+  }
+  spec.params_hash = replica_->params_hash();
+  group_ = std::make_unique<ActiveGroup>(std::move(spec), codec_);
+  group_->started_at = now;
+  group_->hash_before = replica_->params_hash();
+  SWARM_RETURN_IF_ERROR(group_->round.start(held_->mean));
+  // Parts that came before the BEGIN, from this leader's round.
+  std::vector<RoundMessage> early = std::exchange(early_parts_, {});
+  early_values_ = 0;
+  for (const auto& part : early) {
+    if (part.group == group_->round.spec().group) (void)group_->round.receive(part);
+  }
+  return Status::ok();
+}
+
+// After parts arrive or a group starts: send what the group produced; report DONE when complete.
+void StageRounds::after_progress(double now) {
+  if (!group_) return;
+  for (auto& out : group_->round.take_outgoing()) outbox_.push_back(std::move(out));
+  if (!group_->round.complete() || group_->done_sent) return;
+  group_->done_sent = true;
+  group_->done_at = now;
+  const GroupSpec& spec = group_->round.spec();
+  if (spec.leader == config_.peer_id) {
+    group_->done_from.insert(config_.peer_id);
+    if (group_->done_from.size() == spec.members.size()) commit(now);
+    return;
+  }
+  RoundMessage m = control(RoundOp::done);
+  m.params_hash = group_->hash_before;
+  send(spec.leader, address_of(spec.leader), std::move(m));
+}
+
+void StageRounds::commit(double now) {
+  const GroupSpec spec = group_->round.spec();
+  for (const auto& member : spec.members) {
+    if (member.peer_id != config_.peer_id) send(member.peer_id, member.address, control(RoundOp::commit));
+  }
+  apply(true, now);
+}
+
+void StageRounds::apply(bool led, double now) {
+  const GroupSpec spec = group_->round.spec();
+  const uint64_t consensus = consensus_hash(group_->round.hashes());
+  const uint64_t before = group_->hash_before;
+  Status stepped = replica_->apply_step(group_->round.averaged());
+  counters_.payload_bytes += group_->round.payload_bytes_sent();
+  counters_.payload_values += group_->round.payload_values_sent();
+  membership_.clear();
+  for (const auto& member : spec.members) membership_.insert(member.peer_id);
+  committed_group_ = spec.group;
+  finished_groups_.push_back(spec.group);
+  if (finished_groups_.size() > 16) finished_groups_.pop_front();
+  group_.reset();
+  held_.reset();
+  joiners_.clear();
+  ++counters_.rounds_committed;
+  if (!led && spec.leader != config_.peer_id) ++counters_.rounds_followed;
+  events_.push_back({RoundEvent::Kind::stepped, spec.step + 1, spec.group, led, static_cast<int>(spec.members.size()),
+                     stepped.is_ok() ? "" : stepped.to_string()});
+  if (before != consensus) {
+    // Stepped from other parameters than the stage's: this replica is wrong, and
+    // the majority's records now vouch for the state to download.
+    ++counters_.diverged;
+    events_.push_back({RoundEvent::Kind::diverged, spec.step, spec.group, led, 0,
+                       fmt::format("parameters hashed {:016x}, the stage's {:016x}", before, consensus)});
+  }
+  (void)now;
+}
+
+void StageRounds::abort_group(const std::string& why, bool tell_others, double now) {
+  const GroupSpec spec = group_->round.spec();
+  if (tell_others) {
+    for (const auto& member : spec.members) {
+      if (member.peer_id == config_.peer_id) continue;
+      if (spec.leader != config_.peer_id && member.peer_id != spec.leader) continue;  // a member tells its leader
+      RoundMessage m = control(RoundOp::abort);
+      m.reason = why;
+      send(member.peer_id, member.address, std::move(m));
+    }
+  }
+  finished_groups_.push_back(spec.group);
+  if (finished_groups_.size() > 16) finished_groups_.pop_front();
+  group_.reset();  // the gradient stays held for the next attempt
+  ++counters_.rounds_aborted;
+  last_join_at_ = -1e18;
+  events_.push_back({RoundEvent::Kind::aborted, spec.step, spec.group, spec.leader == config_.peer_id,
+                     static_cast<int>(spec.members.size()), why});
+  (void)now;
+}
+
+void StageRounds::tick_group(double now) {
+  const GroupSpec& spec = group_->round.spec();
+  if (group_->done_sent && spec.leader != config_.peer_id) {
+    // The COMMIT may have been lost: a member of the group at the next step,
+    // committed to this group, is the leader's word.
+    for (const auto& member : spec.members) {
+      const ProgressRecord* r = view_.find(member.peer_id);
+      if (r != nullptr && r->step == spec.step + 1 && r->committed_group == spec.group) {
+        apply(false, now);
+        return;
+      }
+    }
+    if (now - group_->done_at > config_.phase_timeout_seconds + config_.stale_seconds) {
+      abort_group("no COMMIT, and no member's record shows the group committed", false, now);
+    }
+    return;
+  }
+  const double limit = (spec.leader == config_.peer_id ? 2 : 1) * config_.phase_timeout_seconds;
+  if (now - group_->started_at > limit) {
+    abort_group(group_->round.complete() ? "not every member reported DONE in time" : "parts missing at the deadline",
+                true, now);
+  }
+}
+
+void StageRounds::drop_held() {
+  if (group_) {
+    finished_groups_.push_back(group_->round.spec().group);
+    group_.reset();
+  }
+  if (held_) replica_->lose_round_samples();
+  held_.reset();
+}
+
+// ---- messages ----
+
+RoundMessage StageRounds::control(RoundOp op) const {
+  RoundMessage m;
+  m.op = op;
+  m.stage = config_.stage;
+  m.step = replica_->step();
+  m.sender = config_.peer_id;
+  if (group_) {
+    m.leader = group_->round.spec().leader;
+    m.group = group_->round.spec().group;
+    m.step = group_->round.spec().step;
+  } else {
+    m.leader = leader_.empty() ? config_.peer_id : leader_;
+  }
+  return m;
+}
+
+void StageRounds::send(const std::string& to, const std::string& address, RoundMessage m) {
+  const RoundOp op = m.op;
+  const uint64_t group = m.group;
+  auto frames = encode_round_message(m, codec_);
+  if (!frames.is_ok() || address.empty()) return;
+  outbox_.push_back({to, address, op, group, std::move(frames).value()});
+}
+
+std::string StageRounds::address_of(const std::string& peer_id) const {
+  if (group_) {
+    for (const auto& m : group_->round.spec().members) {
+      if (m.peer_id == peer_id) return m.address;
+    }
+  }
+  if (const ProgressRecord* r = view_.find(peer_id)) return r->address;
+  if (auto it = joiners_.find(peer_id); it != joiners_.end()) return it->second.address;
+  return {};
+}
+
+void StageRounds::delivery_failed(const Outgoing& sent, const Status& why, double now) {
+  // Only a peer that did not answer, or answered that it serves nothing, is
+  // unreachable; one that refused (at another step, not the leader) is alive,
+  // and a member that chose another leader for that would follow a minority.
+  if (why.code() == StatusCode::deadline_exceeded || why.code() == StatusCode::unavailable) unreachable_[sent.to] = now;
+  joiners_.erase(sent.to);  // a live one JOINs again, and is heard again
+  if (sent.op == RoundOp::join) {
+    if (sent.to == leader_) leader_.clear();  // choose again, without it
+    return;
+  }
+  if (group_ && sent.group == group_->round.spec().group && !(group_->done_sent && sent.op == RoundOp::commit)) {
+    abort_group(fmt::format("{} to {} failed: {}", round_op_name(sent.op), sent.to, why.message()), true, now);
+  }
+}
+
+Status StageRounds::receive(const RoundMessage& m, double now) {
+  if (m.stage != config_.stage) return failed_precondition("a round message for stage {}; this peer serves {}", m.stage, config_.stage);
+  if (m.sender == config_.peer_id) return invalid_argument("a round message sent as this peer");
+  Status status = [&] {
+    switch (m.op) {
+      case RoundOp::join: return on_join(m, now);
+      case RoundOp::begin: return on_begin(m, now);
+      case RoundOp::part: return on_part(m, now);
+      case RoundOp::done: return on_done(m, now);
+      case RoundOp::commit: return on_commit(m, now);
+      case RoundOp::abort: return on_abort(m, now);
+      case RoundOp::refuse: return on_refuse(m, now);
+    }
+    return invalid_argument("unknown op");
+  }();
+  return status;
+}
+
+Status StageRounds::on_join(const RoundMessage& m, double now) {
+  const int64_t step = replica_->step();
+  auto refuse = [&](Status s) {
+    ++counters_.joins_refused;
+    return s;
+  };
+  if (mode_ != Mode::serving) return refuse(unavailable("{} is not serving", config_.peer_id));
+  if (m.step != step) return refuse(failed_precondition("{} is at step {}, the JOIN at {}", config_.peer_id, step, m.step));
+  if (m.params_hash != replica_->params_hash()) {
+    return refuse(failed_precondition("{} holds other parameters at step {}", config_.peer_id, step));
+  }
+  if (!leader_.empty() && leader_ != config_.peer_id && leader_ < m.sender) {
+    return refuse(failed_precondition("not the leader: {}", leader_));
+  }
+  const bool fresh = joiners_.count(m.sender) == 0;
+  if (fresh && joiners_.size() + 1 >= static_cast<size_t>(config_.max_members)) {
+    return refuse(resource_exhausted("a round holds at most {} members", config_.max_members));
+  }
+  joiners_[m.sender] = {m.address, m.samples, m.samples_per_second, now};
+  unreachable_.erase(m.sender);
+  return Status::ok();
+}
+
+Status StageRounds::on_begin(const RoundMessage& m, double now) {
+  if (mode_ != Mode::serving) return unavailable("{} is not serving", config_.peer_id);
+  if (m.step != replica_->step()) return failed_precondition("a BEGIN for step {} at step {}", m.step, replica_->step());
+  if (m.leader != m.sender) return invalid_argument("a BEGIN from {} for {}'s round", m.sender, m.leader);
+  if (m.sender != leader_) return failed_precondition("a BEGIN from {}; this peer follows {}", m.sender, leader_);
+  if (std::none_of(m.members.begin(), m.members.end(), [&](const RoundMember& x) { return x.peer_id == config_.peer_id; }) ||
+      std::none_of(m.members.begin(), m.members.end(), [&](const RoundMember& x) { return x.peer_id == m.sender; })) {
+    return invalid_argument("a BEGIN whose members leave out this peer or its leader");
+  }
+  // The leader counted its group against its membership; a member counts it
+  // against its own: a leader that never committed with this peer (a newcomer
+  // forming a genesis group, or one behind the stage) cannot take a minority
+  // of the members this peer last committed with into a second lineage.
+  std::set<std::string> group;
+  for (const auto& x : m.members) group.insert(x.peer_id);
+  const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
+  if (!is_majority(group, present_members(view_, membership, config_.peer_id, {m.sender}))) {
+    return failed_precondition("a BEGIN whose group is no majority of the members {} committed with", config_.peer_id);
+  }
+  if (group_) {
+    if (group_->round.spec().group == m.group) return already_exists("in group {:016x} already", m.group);
+    if (group_->round.spec().leader != m.sender) return failed_precondition("in another leader's round");
+    abort_group("the leader began another group", false, now);  // it gave up on the old one
+  }
+  GroupSpec spec;
+  spec.stage = config_.stage;
+  spec.step = m.step;
+  spec.leader = m.sender;
+  spec.group = m.group;
+  spec.members = m.members;
+  spec.me = config_.peer_id;
+  spec.max_chunk_elements = config_.max_chunk_elements;
+  if (Status entered = enter_group(std::move(spec), now); !entered.is_ok()) {
+    group_.reset();
+    return entered;
+  }
+  after_progress(now);
+  return Status::ok();
+}
+
+Status StageRounds::on_part(const RoundMessage& m, double now) {
+  if (group_ && group_->round.spec().group == m.group) {
+    Status s = group_->round.receive(m);
+    if (!s.is_ok()) {
+      ++counters_.refused_bad_part;
+      return s;
+    }
+    after_progress(now);
+    return Status::ok();
+  }
+  const bool finished = std::find(finished_groups_.begin(), finished_groups_.end(), m.group) != finished_groups_.end();
+  // Its BEGIN is on its way: held, bounded, until the group starts.
+  const bool early = !finished && !group_ && mode_ == Mode::serving && m.step == replica_->step() &&
+                     !leader_.empty() && m.leader == leader_ && leader_ != config_.peer_id;
+  if (!early) {
+    ++counters_.refused_no_begin;
+    return failed_precondition("no BEGIN for group {:016x} here", m.group);
+  }
+  if (!early_parts_.empty() && early_parts_.front().group != m.group) {
+    early_parts_.clear();  // a newer round of the same leader
+    early_values_ = 0;
+  }
+  if (static_cast<int64_t>(m.values.size()) > config_.max_early_values - early_values_) {
+    ++counters_.refused_full;
+    return resource_exhausted("early parts held: {} values", early_values_);
+  }
+  early_values_ += static_cast<int64_t>(m.values.size());
+  early_parts_.push_back(m);
+  return Status::ok();
+}
+
+Status StageRounds::on_done(const RoundMessage& m, double now) {
+  if (!group_ || group_->round.spec().group != m.group || group_->round.spec().leader != config_.peer_id) {
+    ++counters_.refused_no_begin;
+    return failed_precondition("no round {:016x} led here", m.group);
+  }
+  if (group_->round.member_index(m.sender) < 0) {
+    ++counters_.refused_not_member;
+    return permission_denied("{} is no member of group {:016x}", m.sender, m.group);
+  }
+  group_->done_from.insert(m.sender);
+  if (group_->done_sent && group_->done_from.size() == group_->round.spec().members.size()) commit(now);
+  return Status::ok();
+}
+
+Status StageRounds::on_commit(const RoundMessage& m, double now) {
+  if (!group_ || group_->round.spec().group != m.group || m.sender != group_->round.spec().leader) {
+    return failed_precondition("no round {:016x} of {} here", m.group, m.sender);
+  }
+  if (!group_->done_sent) return failed_precondition("a COMMIT before this member holds every part");
+  apply(false, now);
+  return Status::ok();
+}
+
+Status StageRounds::on_abort(const RoundMessage& m, double now) {
+  if (!group_ || group_->round.spec().group != m.group) return Status::ok();  // over already
+  const GroupSpec& spec = group_->round.spec();
+  if (group_->round.member_index(m.sender) < 0) {
+    ++counters_.refused_not_member;
+    return permission_denied("{} is no member of group {:016x}", m.sender, m.group);
+  }
+  const bool led = spec.leader == config_.peer_id;
+  if (!led && m.sender != spec.leader) return failed_precondition("only the leader ends a round");
+  abort_group(fmt::format("{} aborted it: {}", m.sender, m.reason), led, now);
+  return Status::ok();
+}
+
+Status StageRounds::on_refuse(const RoundMessage& m, double now) {
+  (void)m;
+  (void)now;
+  return Status::ok();  // refusals travel as error replies; a REFUSE message is only logged
+}
+
+bool StageRounds::mates_at_step() const {
+  return std::any_of(view_.mates.begin(), view_.mates.end(), [&](const ProgressRecord& r) {
+    return r.step == replica_->step() && r.state != ProgressRecord::State::resyncing;
+  });
+}
+
+ProgressRecord StageRounds::progress(double now) const {
+  ProgressRecord r;
+  r.peer_id = config_.peer_id;
+  r.address = config_.address;
+  r.stage = config_.stage;
+  r.published_at = now;
+  r.step = replica_->step();
+  r.samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  r.samples_per_second = rate_;
+  r.params_hash = replica_->params_hash();
+  r.recent_hashes = replica_->recent_hashes();
+  r.state = mode_ == Mode::resyncing ? ProgressRecord::State::resyncing
+            : mode_ == Mode::looking ? ProgressRecord::State::looking
+            : group_                 ? ProgressRecord::State::averaging
+                                     : ProgressRecord::State::serving;
+  r.stage_mates_seen = static_cast<int>(view_.mates.size());
+  r.committed_group = committed_group_;
+  r.committed_members.assign(membership_.begin(), membership_.end());
+  r.allreduce_bytes = counters_.payload_bytes;
+  r.allreduce_values = counters_.payload_values;
+  return r;
+}
+
+}  // namespace swarm

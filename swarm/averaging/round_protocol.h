@@ -1,0 +1,221 @@
+// round_protocol: one peer's side of its stage's rounds, as a state machine.
+//
+// The peers of a stage agree on every round instead of each forming it from its
+// own view of the registry:
+//   - one leader per (stage, step): the lowest id among the peers serving at that
+//     step with the same parameters (stage_view.h). Members JOIN it, again every
+//     join period, with their samples; a JOIN to a peer that is not the leader is
+//     refused naming the leader it sees;
+//   - the leader sends BEGIN once the JOINed samples reach the global batch (or
+//     are estimated to by now) and the group holds a strict majority of the
+//     committed membership: never a group of one from an empty view;
+//   - the group id is the round's name. Parts of a group this peer has no BEGIN
+//     for are refused at once (held only when they come from its own leader's
+//     round at its step, whose BEGIN is on its way), so a mismatch costs one
+//     round trip, not a timeout;
+//   - every member ends a round the same way: each reports DONE once it holds
+//     every part; the leader steps and sends COMMIT once all have. A member that
+//     misses the COMMIT holds the averaged gradient and follows as soon as a
+//     stage-mate's record shows the group committed, without reloading. Otherwise
+//     the round is aborted, nobody steps, and each member keeps its gradient for
+//     the next attempt: a failed round loses no samples.
+// Why commit rather than "everyone advances and the hash check repairs": an
+// advance that some members skip splits the stage until a download repairs it,
+// which costs a whole state transfer and a lineage per (stage, step) is then
+// only eventually true; with the commit, a round either stepped everywhere it
+// completed or nowhere.
+//
+// No clock, no I/O: the caller feeds it the registry's records, the messages that
+// arrive and the time, sends what it returns, and publishes progress(). Tests
+// step it with a fake clock and a seeded network (tests/sync_harness).
+//
+//   StageRounds rounds(config, &replica, RoundCodec::of<Codecs>(codec));
+//   rounds.observe(records, now); rounds.tick(now);
+//   for (auto& out : rounds.take_outbox()) send(out);
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "swarm/averaging/progress.h"
+#include "swarm/averaging/round_group.h"
+#include "swarm/averaging/round_messages.h"
+#include "swarm/averaging/stage_view.h"
+#include "swarm/core/status.h"
+
+namespace swarm {
+
+struct RoundsConfig {
+  std::string peer_id;
+  std::string address;  // this peer's control server
+  int stage = 0;
+  int64_t global_batch_samples = 16;
+  bool start_on_estimated_arrival = true;
+  double stale_seconds = 5.0;          // a record older than this is absent
+  double join_period_seconds = 0.2;    // a member re-JOINs its leader this often
+  double joiner_silent_seconds = 1.5;  // a leader forgets a joiner silent this long
+  double phase_timeout_seconds = 5.0;  // a group's wait for its parts, and the leader's for DONE
+  double look_seconds = 1.0;           // a starting peer reads the stage this long before it trusts its view
+  int64_t max_chunk_elements = 1 << 18;
+  int max_members = 256;
+  // Early parts held (values, all senders): from this peer's leader, before its BEGIN arrives.
+  int64_t max_early_values = int64_t{1} << 22;
+
+  // The timings checked against each other: a leader must not forget a member
+  // between two of its JOINs, nor a record lapse between two of its publications.
+  Status validate(double publish_period_seconds) const;
+};
+
+// What the protocol needs of a replica; the peer adapts its Replica, tests a stub.
+class RoundReplica {
+ public:
+  virtual ~RoundReplica() = default;
+  virtual int64_t step() const = 0;
+  virtual uint64_t params_hash() const = 0;
+  virtual std::vector<std::pair<int64_t, uint64_t>> recent_hashes() const = 0;
+  virtual int64_t pending_samples() const = 0;
+  struct Taken {
+    std::vector<float> mean;
+    int64_t samples = 0;
+  };
+  // The mean of the gradients accumulated since the last take; they count as "in a round" now.
+  virtual Result<Taken> take_gradients() = 0;
+  // The averaged gradient, one optimizer step: step() + 1; the samples in the round are stepped.
+  virtual Status apply_step(std::span<const float> averaged) = 0;
+  // The samples taken into rounds that will never step (a re-sync throws them away).
+  virtual void lose_round_samples() = 0;
+};
+
+// What happened, for the driver's log, stats and checkpoints.
+struct RoundEvent {
+  enum class Kind { stepped, aborted, diverged, resync, serving, refused } kind;
+  int64_t step = 0;
+  uint64_t group = 0;
+  bool led = false;  // stepped: this peer led the round
+  int members = 0;
+  std::string text;
+};
+
+struct RoundCounters {
+  int64_t rounds_led = 0, rounds_committed = 0, rounds_followed = 0, rounds_aborted = 0;
+  int64_t refused_no_begin = 0, refused_not_member = 0, refused_bad_part = 0, refused_full = 0;
+  int64_t joins_refused = 0, unvouched_ahead = 0, diverged = 0;
+  int64_t payload_bytes = 0, payload_values = 0;
+};
+
+class StageRounds {
+ public:
+  enum class Mode { looking, serving, resyncing };
+
+  StageRounds(RoundsConfig config, RoundReplica* replica, RoundCodec codec, double now);
+
+  // The stage's progress records as the registry returns them now.
+  void observe(const std::vector<ProgressRecord>& records, double now);
+  // A message from a stage-mate, checked already by parse_round_message. An error
+  // is the refusal the sender gets back (and a counter here).
+  Status receive(const RoundMessage& message, double now);
+  // A message this peer sent was refused or never arrived.
+  void delivery_failed(const Outgoing& sent, const Status& why, double now);
+  void tick(double now);
+  void set_rate(double samples_per_second) { rate_ = samples_per_second; }
+
+  std::vector<Outgoing> take_outbox() { return std::exchange(outbox_, {}); }
+  std::vector<RoundEvent> take_events() { return std::exchange(events_, {}); }
+  ProgressRecord progress(double now) const;
+
+  Mode mode() const { return mode_; }
+  bool serving() const { return mode_ == Mode::serving; }
+  bool in_round() const { return group_ != nullptr; }
+  const std::string& leader() const { return leader_; }
+  // While resyncing: the state to download, vouched by a strict majority.
+  const std::optional<VouchedState>& resync_target() const { return resync_target_; }
+  // The download of resync_target() ended: loaded (the replica holds its state now) or not.
+  void resync_finished(bool loaded, double now);
+  // A peer that found the stage verifiably empty serves its own state (a checkpoint, say).
+  const std::set<std::string>& membership() const { return membership_; }
+  // Whether a strict majority vouches for (step, hash) now: a donor that stepped
+  // during a download may still hand over a state the stage holds.
+  bool vouched(int64_t step, uint64_t hash) const {
+    return is_vouched(view_, membership_, config_.peer_id, step, hash);
+  }
+  // Whether a stage-mate serves this peer's step: someone to take its samples into a round.
+  bool mates_at_step() const;
+  const RoundCounters& counters() const { return counters_; }
+
+ private:
+  struct Joiner {
+    std::string address;
+    int64_t samples = 0;
+    double rate = 0;
+    double heard_at = 0;
+  };
+  struct ActiveGroup {
+    explicit ActiveGroup(GroupSpec spec, RoundCodec codec) : round(std::move(spec), codec) {}
+    RoundGroup round;
+    double started_at = 0;
+    bool done_sent = false;
+    double done_at = 0;
+    uint64_t hash_before = 0;
+    std::set<std::string> done_from;  // the leader's tally
+  };
+
+  void tick_group(double now);
+  void tick_serving(double now);
+  bool check_behind(double now);
+  bool ready_to_begin(double now);
+  void begin_round(double now);
+  Status enter_group(GroupSpec spec, double now);
+  void send_join(double now);
+  void after_progress(double now);
+  void commit(double now);
+  void apply(bool led, double now);
+  void abort_group(const std::string& why, bool tell_others, double now);
+  void drop_held();
+  void send(const std::string& to, const std::string& address, RoundMessage m);
+  RoundMessage control(RoundOp op) const;
+  std::string address_of(const std::string& peer_id) const;
+  std::set<std::string> genesis_membership() const;
+
+  Status on_join(const RoundMessage& m, double now);
+  Status on_begin(const RoundMessage& m, double now);
+  Status on_part(const RoundMessage& m, double now);
+  Status on_done(const RoundMessage& m, double now);
+  Status on_commit(const RoundMessage& m, double now);
+  Status on_abort(const RoundMessage& m, double now);
+  Status on_refuse(const RoundMessage& m, double now);
+
+  const RoundsConfig config_;
+  RoundReplica* replica_;
+  const RoundCodec codec_;
+  Mode mode_ = Mode::looking;
+  double started_at_ = 0;
+  double rate_ = 0;
+  StageView view_;
+  std::set<std::string> membership_;  // the last committed group's members; empty: none yet
+  uint64_t committed_group_ = 0;
+  std::optional<VouchedState> resync_target_;
+
+  std::string leader_;
+  double last_join_at_ = -1e18;
+  std::map<std::string, double> unreachable_;  // peer -> when a message to it failed
+  std::map<std::string, Joiner> joiners_;      // as leader, at this step
+  uint64_t rounds_begun_ = 0;
+  std::unique_ptr<ActiveGroup> group_;
+  std::optional<RoundReplica::Taken> held_;  // taken for this step, not stepped yet
+  std::vector<RoundMessage> early_parts_;
+  int64_t early_values_ = 0;
+  std::deque<uint64_t> finished_groups_;  // aborted or committed lately: their parts are refused
+
+  std::vector<Outgoing> outbox_;
+  std::vector<RoundEvent> events_;
+  RoundCounters counters_;
+};
+
+}  // namespace swarm

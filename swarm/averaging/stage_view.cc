@@ -1,0 +1,143 @@
+#include "swarm/averaging/stage_view.h"
+
+#include <algorithm>
+#include <map>
+
+namespace swarm {
+
+StageView StageView::from(const std::vector<ProgressRecord>& records, const std::string& me, double now,
+                          double stale_seconds) {
+  std::map<std::string, const ProgressRecord*> newest;
+  for (const ProgressRecord& r : records) {
+    if (r.peer_id == me) continue;
+    auto [it, inserted] = newest.emplace(r.peer_id, &r);
+    if (!inserted && r.published_at > it->second->published_at) it->second = &r;
+  }
+  StageView view;
+  for (const auto& [id, r] : newest) {
+    if (r->departed || r->published_at < now - stale_seconds) continue;
+    view.mates.push_back(*r);
+  }
+  return view;
+}
+
+const ProgressRecord* StageView::find(const std::string& peer_id) const {
+  auto it = std::lower_bound(mates.begin(), mates.end(), peer_id,
+                             [](const ProgressRecord& r, const std::string& id) { return r.peer_id < id; });
+  return it != mates.end() && it->peer_id == peer_id ? &*it : nullptr;
+}
+
+namespace {
+
+// Every (step, hash) a record publishes: its current state and its recent ones.
+std::vector<std::pair<int64_t, uint64_t>> published_states(const ProgressRecord& r) {
+  std::vector<std::pair<int64_t, uint64_t>> out(r.recent_hashes.begin(), r.recent_hashes.end());
+  out.emplace_back(r.step, r.params_hash);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first == b.first; }),
+            out.end());
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
+// Voters: the committed membership (this peer among them, voting for its own
+// state only), or with none, every fresh peer.
+std::vector<const ProgressRecord*> voters_of(const StageView& view, const std::set<std::string>& membership,
+                                             const std::string& me, size_t* electorate) {
+  std::vector<const ProgressRecord*> voters;
+  if (membership.empty()) {
+    // A newcomer's own state counts for nothing: it is not the stage's.
+    for (const auto& r : view.mates) voters.push_back(&r);
+    *electorate = view.mates.size();
+    return voters;
+  }
+  *electorate = 1;  // this peer
+  for (const auto& id : membership) {
+    if (id == me) continue;
+    ++*electorate;
+    if (const ProgressRecord* r = view.find(id)) voters.push_back(r);
+  }
+  return voters;
+}
+
+}  // namespace
+
+bool is_vouched(const StageView& view, const std::set<std::string>& membership, const std::string& me, int64_t step,
+                uint64_t hash) {
+  size_t electorate = 0;
+  size_t votes = 0;
+  for (const ProgressRecord* r : voters_of(view, membership, me, &electorate)) {
+    const auto states = published_states(*r);
+    votes += std::count(states.begin(), states.end(), std::pair{step, hash});
+  }
+  return 2 * votes > electorate;
+}
+
+std::optional<VouchedState> vouched_state(const StageView& view, const std::set<std::string>& membership,
+                                          const std::string& me, int64_t my_step, uint64_t my_hash) {
+  size_t electorate = 0;
+  const std::vector<const ProgressRecord*> voters = voters_of(view, membership, me, &electorate);
+  std::map<std::pair<int64_t, uint64_t>, size_t> votes;
+  for (const ProgressRecord* r : voters) {
+    for (const auto& state : published_states(*r)) {
+      if (state.first > my_step || (state.first == my_step && state.second != my_hash)) ++votes[state];
+    }
+  }
+  // The newest step first: a stage that moved on twice is followed to where it is now.
+  for (auto it = votes.rbegin(); it != votes.rend(); ++it) {
+    if (2 * it->second <= electorate) continue;
+    VouchedState v{it->first.first, it->first.second, {}, {}};
+    for (const ProgressRecord* r : voters) {
+      if (r->step == v.step && r->params_hash == v.hash && !r->address.empty() &&
+          r->state != ProgressRecord::State::resyncing) {
+        v.donors.push_back(*r);
+        if (v.members.empty()) v.members = r->committed_members;
+      }
+    }
+    if (v.donors.empty()) continue;  // vouched by recent hashes, but nobody holds it now
+    v.donors = donors_freshest_first(std::move(v.donors));
+    return v;
+  }
+  return std::nullopt;
+}
+
+bool dropped_from_membership(const StageView& view, const std::set<std::string>& membership, const std::string& me,
+                             int64_t my_step) {
+  for (const auto& id : membership) {
+    const ProgressRecord* r = id == me ? nullptr : view.find(id);
+    if (r == nullptr || r->step <= my_step || r->committed_members.empty()) continue;
+    if (!std::binary_search(r->committed_members.begin(), r->committed_members.end(), me)) return true;
+  }
+  return false;
+}
+
+std::string choose_leader(const StageView& view, const std::string& me, int64_t step, uint64_t hash,
+                          const std::set<std::string>& joiners) {
+  std::string leader = me;
+  for (const auto& r : view.mates) {
+    const bool takes_part = r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging;
+    if (takes_part && r.step == step && r.params_hash == hash && r.peer_id < leader) leader = r.peer_id;
+  }
+  if (!joiners.empty() && *joiners.begin() < leader) leader = *joiners.begin();
+  return leader;
+}
+
+std::set<std::string> present_members(const StageView& view, const std::set<std::string>& membership,
+                                      const std::string& me, const std::set<std::string>& heard) {
+  std::set<std::string> present;
+  for (const auto& id : membership) {
+    if (id == me || heard.count(id) != 0 || view.find(id) != nullptr) present.insert(id);
+  }
+  return present;
+}
+
+bool is_majority(const std::set<std::string>& group, const std::set<std::string>& present) {
+  size_t in = 0;
+  for (const auto& id : present) in += group.count(id);
+  return 2 * in > present.size();
+}
+
+}  // namespace swarm

@@ -1,0 +1,77 @@
+// stage_view: one peer's view of its stage-mates, and the one trust rule.
+//
+// A record ahead of this replica counts, for everything it is used for (am I
+// behind, whom do I download from, may my round still happen), only when it is
+// vouched: a strict majority of the stage's committed membership (the members of
+// the last round this peer committed) published that step with that parameters
+// hash. A peer that never committed (a newcomer, or one its stage dropped) has no
+// membership yet and counts a strict majority of the fresh records instead, its
+// own state not among them; it serves its own state only where the stage is
+// verifiably empty or every fresh stage-mate holds that same state. A
+// record nobody vouches for is ignored everywhere, so one forged record cannot
+// stop a stage or pull a replica out of service.
+//
+// Pure: records and the time in, answers out; no clock, no I/O.
+//
+//   StageView view = StageView::from(records, me, now, stale_seconds);
+//   if (auto v = vouched_state(view, membership, my_step, my_hash)) download_from(v->donors);
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "swarm/averaging/progress.h"
+
+namespace swarm {
+
+// The fresh records of the other peers of a stage, newest per peer, departed ones left out.
+struct StageView {
+  std::vector<ProgressRecord> mates;  // ordered by peer id
+  static StageView from(const std::vector<ProgressRecord>& records, const std::string& me, double now,
+                        double stale_seconds);
+  const ProgressRecord* find(const std::string& peer_id) const;
+};
+
+// A state that a strict majority vouches for, other than this replica's own.
+struct VouchedState {
+  int64_t step = 0;
+  uint64_t hash = 0;
+  std::vector<ProgressRecord> donors;        // publish it now, freshest first
+  std::vector<std::string> members;          // the committed membership they published
+};
+
+// The newest state ahead of (my_step, my_hash), or at my_step with another hash,
+// that a strict majority vouches for: of `membership` (this peer counted, though it
+// votes only for its own state) when it has one, else of the fresh records.
+std::optional<VouchedState> vouched_state(const StageView& view, const std::set<std::string>& membership,
+                                          const std::string& me, int64_t my_step, uint64_t my_hash);
+
+// Whether a strict majority (as in vouched_state) published exactly (step, hash).
+bool is_vouched(const StageView& view, const std::set<std::string>& membership, const std::string& me, int64_t step,
+                uint64_t hash);
+
+// Whether a member of `membership` published a committed membership at a later step
+// that leaves this peer out: the stage went on without it, and it must join again
+// as a newcomer.
+bool dropped_from_membership(const StageView& view, const std::set<std::string>& membership, const std::string& me,
+                             int64_t my_step);
+
+// The leader of the round that ends `step`: the lowest id among this peer and the
+// fresh stage-mates at that step, serving, with the same parameters hash, and the
+// peers that joined this one lately (`joiners`).
+std::string choose_leader(const StageView& view, const std::string& me, int64_t step, uint64_t hash,
+                          const std::set<std::string>& joiners);
+
+// Members of `membership` still present: this peer, the ones in the view, and those heard from lately.
+std::set<std::string> present_members(const StageView& view, const std::set<std::string>& membership,
+                                      const std::string& me, const std::set<std::string>& heard);
+
+// Whether `group` holds more than half of `present`: a round needs a strict majority
+// of the committed membership, less only the members gone from the registry and
+// silent (so two halves that lost sight of each other cannot both step).
+bool is_majority(const std::set<std::string>& group, const std::set<std::string>& present);
+
+}  // namespace swarm
