@@ -26,7 +26,7 @@ struct LocalSwarmOptions {
   std::string run_dir = "swarm-run";
   gpt::GptConfig model;  // defaults: d_model 128, 4 layers, 4 heads, seq 128
   int stages = 2;
-  int peers_per_stage = 1;
+  int peers_per_stage = 2;  // every run averages: a stage of one never runs a round
   int trainers = 1;
   int steps = 600;
   int microbatch = 8;             // sequences per microbatch

@@ -170,6 +170,24 @@ bool RoundGroup::complete() const {
   return started_ && reduced_ && gathered_values_ == static_cast<int64_t>(averaged_.size());
 }
 
+std::vector<std::string> RoundGroup::missing() const {
+  // Only contributions to this member's own part: an owner that sent no averaged
+  // part may itself be waiting for someone else's contribution.
+  std::vector<std::string> out;
+  if (!started_ || reduced_) return out;
+  const size_t chunks = chunks_of(me_).size();
+  for (int i = 0; i < size(); ++i) {
+    if (i == me_) continue;
+    for (size_t c = 0; c < chunks; ++c) {
+      if (contributions_.count({i, static_cast<int>(c)}) == 0) {
+        out.push_back(spec_.members[static_cast<size_t>(i)].peer_id);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, uint64_t>> RoundGroup::hashes() const { return {hashes_.begin(), hashes_.end()}; }
 
 std::vector<Outgoing> RoundGroup::take_outgoing() { return std::exchange(outgoing_, {}); }

@@ -72,6 +72,9 @@ class RoundGroup {
   Status receive(const RoundMessage& part);
 
   bool complete() const;
+  // The members whose contributions to this member's part never came: who kept
+  // the group from completing (an owner waiting on them sends nothing either).
+  std::vector<std::string> missing() const;
   const std::vector<float>& averaged() const { return averaged_; }
   // The parameters hashes the members sent with their parts (this peer's included).
   std::vector<std::pair<std::string, uint64_t>> hashes() const;

@@ -97,8 +97,10 @@ nlohmann::json control_fields(const RoundMessage& m) {
       break;
     case RoundOp::done:
       j["hash"] = hex64(m.params_hash);
+      j["samples"] = m.samples;
       break;
     case RoundOp::commit:
+      j["samples"] = m.samples;
       break;
     case RoundOp::abort:
       j["reason"] = m.reason;
@@ -165,10 +167,13 @@ Status read_op_fields(const nlohmann::json& j, const RoundMessageLimits& limits,
     }
     case RoundOp::done: {
       SWARM_ASSIGN_OR_RETURN(m->params_hash, hash_field(j, "hash"));
+      SWARM_ASSIGN_OR_RETURN(m->samples, integer(j, "samples", 0, INT64_MAX));
       return Status::ok();
     }
-    case RoundOp::commit:
+    case RoundOp::commit: {
+      SWARM_ASSIGN_OR_RETURN(m->samples, integer(j, "samples", 0, INT64_MAX));
       return Status::ok();
+    }
     case RoundOp::abort: {
       SWARM_ASSIGN_OR_RETURN(m->reason, text(j, "reason", limits.max_text, false));
       return Status::ok();

@@ -68,6 +68,8 @@ struct RoundMessage {
   uint64_t group = 0;   // every op but join
   // join
   std::string address;  // the sender's control server
+  // join: samples accumulated toward the step; done: the samples its contribution
+  // holds; commit: the group's total, which sets how many global steps it counts for
   int64_t samples = 0;
   double samples_per_second = 0;
   uint64_t params_hash = 0;  // join, part, done: the sender's parameters at `step`

@@ -1,10 +1,36 @@
 #include "swarm/averaging/round_protocol.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 
 #include <fmt/format.h>
 
 namespace swarm {
+
+namespace {
+// A Joiner with these samples did not JOIN: it is a member of the round this
+// peer last committed, kept as heard (and as where to find that round's leader)
+// until it JOINs again, goes silent or stops answering. A registry view that lost
+// its records (empty, or too far behind) then neither makes this peer "alone" in
+// its membership nor loses it the leader it stepped with.
+constexpr int64_t kCommittedNotJoined = -1;
+
+// The view less the stage-mates whose records, published since `since` (this
+// peer's last round began or ended), show them at an earlier step and in no
+// round: they fell behind (a restart that re-synced to an older state, a member
+// that gave up on a committed round) and cannot take part at this step before
+// they re-sync. Counted as present, a membership of two would hold still for
+// ever: the one cannot step without the other, the other cannot be vouched
+// forward by one member alone.
+StageView without_fallen_behind(const StageView& view, int64_t step, double since) {
+  StageView out = view;
+  std::erase_if(out.mates, [&](const ProgressRecord& r) {
+    return r.published_at > since && r.step < step && r.state != ProgressRecord::State::averaging;
+  });
+  return out;
+}
+}  // namespace
 
 Status RoundsConfig::validate(double publish_period_seconds) const {
   if (peer_id.empty()) return invalid_argument("rounds: no peer id");
@@ -46,6 +72,11 @@ void StageRounds::tick(double now) {
   if (check_behind(now)) return;
   if (mode_ == Mode::looking) {
     if (now - started_at_ < config_.look_seconds) return;
+    // An empty view is no proof of an empty stage until a live peer's record
+    // would be in any working view: a registry that lags by more than the look
+    // would otherwise show a stage that is stepping as empty, and this peer
+    // would step a lineage of its own.
+    if (view_.mates.empty() && now - started_at_ < config_.stale_seconds) return;
     // A stage-mate re-syncing may be about to hold the stage's state: serving this
     // replica's own (an old checkpoint, say) now could start a second lineage.
     const bool mate_resyncing = std::any_of(view_.mates.begin(), view_.mates.end(), [](const ProgressRecord& r) {
@@ -79,7 +110,17 @@ bool StageRounds::check_behind(double now) {
     membership_.clear();
     committed_group_ = 0;
     vouched = vouched_state(view_, membership_, config_.peer_id, step, replica_->params_hash());
+    if (!vouched && mode_ == Mode::serving) {
+      // and looks again: a newcomer serves its state only where the stage does
+      // (see tick), never by leading the others it left behind into a genesis group.
+      drop_held();
+      joiners_.clear();
+      mode_ = Mode::looking;
+      started_at_ = now;
+      return true;
+    }
   }
+  if (!vouched) vouched = committed_without_me(step);
   if (!vouched) {
     for (const auto& r : view_.mates) counters_.unvouched_ahead += r.step > step;
     return false;
@@ -95,6 +136,23 @@ bool StageRounds::check_behind(double now) {
   return true;
 }
 
+// A round this peer voted DONE in and gave up on (no COMMIT came), since
+// committed by a member: the leader committed it only with this peer's vote, so
+// that member's record is the stage's word even where no majority can vouch (a
+// stage of two). Only such an unsettled round: a record citing one this peer
+// committed itself could be a member's forgery.
+std::optional<VouchedState> StageRounds::committed_without_me(int64_t step) const {
+  for (const auto& r : view_.mates) {
+    auto it = voted_groups_.find(r.committed_group);
+    if (it == voted_groups_.end() || r.step <= step || r.address.empty()) continue;
+    if (r.step - it->second < 1 || r.step - it->second > kMaxStepsPerRound) continue;
+    if (!std::binary_search(r.committed_members.begin(), r.committed_members.end(), config_.peer_id)) continue;
+    if (r.state == ProgressRecord::State::resyncing) continue;
+    return VouchedState{r.step, r.params_hash, {r}, r.committed_members};
+  }
+  return std::nullopt;
+}
+
 void StageRounds::resync_finished(bool loaded, double now) {
   if (loaded && resync_target_) {
     membership_ = std::set<std::string>(resync_target_->members.begin(), resync_target_->members.end());
@@ -108,22 +166,67 @@ void StageRounds::resync_finished(bool loaded, double now) {
   early_values_ = 0;
 }
 
+bool StageRounds::benched(const std::string& peer_id, double now) const {
+  auto it = bench_.find(peer_id);
+  return it != bench_.end() && now < it->second.until;
+}
+
+// Kept out of rounds (and of leading them) for a while, longer each time: a member
+// that joins and then sends nothing, or a leader that never begins, would
+// otherwise cost every round its deadline for as long as it likes.
+void StageRounds::bench(const std::vector<std::string>& peers, double now) {
+  for (const auto& id : peers) {
+    if (id == config_.peer_id) continue;
+    Bench& b = bench_[id];
+    b.offenses = std::min(b.offenses + 1, 6);
+    b.until = now + std::min(60.0, 2 * config_.phase_timeout_seconds * double(1 << (b.offenses - 1)));
+    ++counters_.benched;
+  }
+}
+
+// The leader this peer JOINs began no round for long while the stage (as the
+// records show it) held two global batches at this step.
+bool StageRounds::leader_never_begins(double now) const {
+  if (now - std::max(following_since_, last_round_at_) < 2 * config_.phase_timeout_seconds + config_.stale_seconds) {
+    return false;
+  }
+  int64_t samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  for (const auto& r : view_.mates) {
+    if (r.step == replica_->step()) samples += r.samples;
+  }
+  return samples >= 2 * config_.global_batch_samples;
+}
+
 void StageRounds::tick_serving(double now) {
   const int64_t step = replica_->step();
   for (auto it = joiners_.begin(); it != joiners_.end();) {
     it = now - it->second.heard_at > config_.joiner_silent_seconds ? joiners_.erase(it) : std::next(it);
   }
   std::set<std::string> joiner_ids;
-  for (const auto& [id, j] : joiners_) joiner_ids.insert(id);
+  for (const auto& [id, j] : joiners_) {
+    if (unreachable_.count(id) == 0 && !benched(id, now)) joiner_ids.insert(id);
+  }
   StageView reachable = view_;
-  std::erase_if(reachable.mates, [&](const ProgressRecord& r) { return unreachable_.count(r.peer_id) != 0; });
-  const std::string leader = choose_leader(reachable, config_.peer_id, step, replica_->params_hash(), joiner_ids);
+  std::erase_if(reachable.mates, [&](const ProgressRecord& r) {
+    return unreachable_.count(r.peer_id) != 0 || benched(r.peer_id, now);
+  });
+  const std::string leader =
+      choose_leader(reachable, config_.peer_id, step, replica_->params_hash(), joiner_ids, membership_);
   if (leader != leader_) {
     leader_ = leader;
+    following_since_ = now;
     last_join_at_ = -1e18;
   }
   if (leader_ != config_.peer_id) {
-    joiners_.clear();
+    std::erase_if(joiners_, [](const auto& entry) { return entry.second.samples != kCommittedNotJoined; });
+    if (leader_never_begins(now)) {
+      bench_[leader_].until = now + config_.stale_seconds;  // not escalated: it may only have been unlucky
+      ++counters_.benched;
+      events_.push_back({RoundEvent::Kind::aborted, step, 0, false, 0,
+                         fmt::format("leader {} began no round while the stage held two global batches", leader_)});
+      leader_.clear();
+      return;
+    }
     if (now - last_join_at_ >= config_.join_period_seconds) send_join(now);
     return;
   }
@@ -140,6 +243,10 @@ void StageRounds::send_join(double now) {
   m.params_hash = replica_->params_hash();
   send(leader_, address, std::move(m));
   last_join_at_ = now;
+  // Unanswered or refused, the JOIN comes back through delivery_failed; until then its leader counts as heard.
+  if (auto it = joiners_.find(leader_); it != joiners_.end() && it->second.samples == kCommittedNotJoined) {
+    it->second.heard_at = now;
+  }
 }
 
 std::set<std::string> StageRounds::genesis_membership() const {
@@ -156,7 +263,27 @@ std::set<std::string> StageRounds::genesis_membership() const {
   return out;
 }
 
+// The joiners a round takes now: benched ones only where the group would not be
+// a majority without them (a member that failed rounds while the network did
+// must not keep its stage from stepping once the network heals).
+std::set<std::string> StageRounds::round_joiners(double now) const {
+  std::set<std::string> all, unbenched, heard{config_.peer_id};
+  for (const auto& [id, j] : joiners_) {
+    heard.insert(id);
+    if (j.samples == kCommittedNotJoined) continue;
+    all.insert(id);
+    if (!benched(id, now)) unbenched.insert(id);
+  }
+  const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
+  const std::set<std::string> present = present_members(
+      without_fallen_behind(view_, replica_->step(), last_round_at_), membership, config_.peer_id, heard);
+  std::set<std::string> group = unbenched;
+  group.insert(config_.peer_id);
+  return is_majority(group, present) ? unbenched : all;
+}
+
 bool StageRounds::ready_to_begin(double now) {
+  const std::set<std::string> taken = round_joiners(now);
   std::set<std::string> group{config_.peer_id};
   std::set<std::string> heard;
   std::vector<ProgressRecord> records;
@@ -168,8 +295,9 @@ bool StageRounds::ready_to_begin(double now) {
   own.published_at = now;
   records.push_back(own);
   for (const auto& [id, j] : joiners_) {
-    group.insert(id);
     heard.insert(id);
+    if (taken.count(id) == 0) continue;
+    group.insert(id);
     ProgressRecord r;
     r.peer_id = id;
     r.step = own.step;
@@ -179,8 +307,28 @@ bool StageRounds::ready_to_begin(double now) {
     records.push_back(r);
   }
   const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
-  if (!is_majority(group, present_members(view_, membership, config_.peer_id, heard))) return false;
-  const GlobalBatchConfig batch{config_.global_batch_samples, config_.stale_seconds, config_.start_on_estimated_arrival};
+  const StageView here = without_fallen_behind(view_, replica_->step(), last_round_at_);
+  if (!is_majority(group, present_members(here, membership, config_.peer_id, heard))) return false;
+  GlobalBatchConfig batch{config_.global_batch_samples, config_.stale_seconds, config_.start_on_estimated_arrival};
+  if (!decide_global_batch(batch, own.step, records, now).ready) return false;
+  // A majority suffices, but the stage-mates at this step that have not JOINed
+  // yet get a moment (two JOIN periods of samples): a member whose JOIN comes
+  // just after the majority's would otherwise miss nearly every round, and
+  // re-sync for ever where the stage steps faster than it downloads.
+  double rate = 0;
+  for (const auto& r : records) rate += r.samples_per_second;
+  bool everyone = true;
+  for (const auto& r : view_.mates) {
+    const bool takes_part = r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging;
+    const bool here = r.step == own.step && r.params_hash == replica_->params_hash();
+    const bool member_behind_record = membership_.count(r.peer_id) != 0 && r.step + 1 == own.step;
+    if (takes_part && (here || member_behind_record) && group.count(r.peer_id) == 0 &&
+        unreachable_.count(r.peer_id) == 0) {
+      everyone = false;
+    }
+  }
+  if (everyone) return true;
+  batch.target_samples += static_cast<int64_t>(std::ceil(rate * 2 * config_.join_period_seconds));
   return decide_global_batch(batch, own.step, records, now).ready;
 }
 
@@ -189,12 +337,18 @@ void StageRounds::begin_round(double now) {
   spec.stage = config_.stage;
   spec.step = replica_->step();
   spec.leader = config_.peer_id;
-  spec.group = make_group_id(spec.step, config_.peer_id, ++rounds_begun_);
+  // The time too: a restarted leader counts its rounds from 0 again, and a group
+  // id it used before its restart may still be pending at a member, which
+  // would take this round's commit for that one's.
+  spec.group = make_group_id(spec.step, config_.peer_id, ++rounds_begun_ ^ std::bit_cast<uint64_t>(now));
   spec.me = config_.peer_id;
   spec.max_chunk_elements = config_.max_chunk_elements;
   spec.members.push_back({config_.peer_id, config_.address, 0});  // its weight: what it takes
-  const double cap = static_cast<double>(config_.global_batch_samples);
-  for (const auto& [id, j] : joiners_) spec.members.push_back({id, j.address, std::min(cap, double(j.samples))});
+  const double cap = static_cast<double>(kMaxStepsPerRound * config_.global_batch_samples);
+  const std::set<std::string> taken = round_joiners(now);
+  for (const auto& [id, j] : joiners_) {
+    if (taken.count(id) != 0) spec.members.push_back({id, j.address, std::min(cap, double(j.samples))});
+  }
   std::sort(spec.members.begin(), spec.members.end(),
             [](const RoundMember& a, const RoundMember& b) { return a.peer_id < b.peer_id; });
   ++counters_.rounds_led;
@@ -224,7 +378,7 @@ Status StageRounds::enter_group(GroupSpec spec, double now) {
     }
     held_->samples += taken->samples;
   }
-  const double cap = static_cast<double>(config_.global_batch_samples);
+  const double cap = static_cast<double>(kMaxStepsPerRound * config_.global_batch_samples);
   for (auto& member : spec.members) {
     if (member.peer_id == config_.peer_id && spec.leader == config_.peer_id) {
       member.weight = std::min(cap, double(held_->samples));
@@ -233,6 +387,7 @@ Status StageRounds::enter_group(GroupSpec spec, double now) {
   spec.params_hash = replica_->params_hash();
   group_ = std::make_unique<ActiveGroup>(std::move(spec), codec_);
   group_->started_at = now;
+  last_round_at_ = now;
   group_->hash_before = replica_->params_hash();
   SWARM_RETURN_IF_ERROR(group_->round.start(held_->mean));
   // Parts that came before the BEGIN, from this leader's round.
@@ -254,40 +409,74 @@ void StageRounds::after_progress(double now) {
   const GroupSpec& spec = group_->round.spec();
   if (spec.leader == config_.peer_id) {
     group_->done_from.insert(config_.peer_id);
+    group_->samples_from[config_.peer_id] = held_ ? held_->samples : 0;
     if (group_->done_from.size() == spec.members.size()) commit(now);
     return;
   }
+  voted_groups_[spec.group] = spec.step;
+  while (voted_groups_.size() > 16) voted_groups_.erase(voted_groups_.begin());
   RoundMessage m = control(RoundOp::done);
   m.params_hash = group_->hash_before;
+  m.samples = held_ ? held_->samples : 0;
   send(spec.leader, address_of(spec.leader), std::move(m));
 }
 
 void StageRounds::commit(double now) {
-  const GroupSpec spec = group_->round.spec();
-  for (const auto& member : spec.members) {
-    if (member.peer_id != config_.peer_id) send(member.peer_id, member.address, control(RoundOp::commit));
+  // Past the deadline the leader aborts even with every DONE in hand (DONEs that
+  // waited while it was stalled, say): a member that reported DONE gives up only
+  // after this deadline, and one that has must not see the others step.
+  if (now - group_->started_at > 2 * config_.phase_timeout_seconds) {
+    abort_group("every member reported DONE, but after the deadline", true, now);
+    return;
   }
-  apply(true, now);
+  const GroupSpec spec = group_->round.spec();
+  // Each member's samples count up to a full round's worth: a member cannot
+  // push the stage's step (and its learning rate) ahead by claiming more.
+  const int64_t cap = kMaxStepsPerRound * config_.global_batch_samples;
+  int64_t total = 0;
+  for (const auto& [id, samples] : group_->samples_from) total += std::min(samples, cap);
+  for (const auto& member : spec.members) {
+    if (member.peer_id == config_.peer_id) continue;
+    RoundMessage m = control(RoundOp::commit);
+    m.samples = total;
+    send(member.peer_id, member.address, std::move(m));
+  }
+  apply(true, steps_for_samples(total, config_.global_batch_samples), now);
 }
 
-void StageRounds::apply(bool led, double now) {
+int64_t steps_for_samples(int64_t samples, int64_t global_batch) {
+  const int64_t batch = std::max<int64_t>(global_batch, 1);
+  const int64_t steps = (std::max<int64_t>(samples, 0) + batch / 2) / batch;  // rounded: no drift either way
+  return std::clamp<int64_t>(steps, 1, kMaxStepsPerRound);
+}
+
+void StageRounds::apply(bool led, int64_t steps, double now) {
   const GroupSpec spec = group_->round.spec();
+  last_round_at_ = now;
   const uint64_t consensus = consensus_hash(group_->round.hashes());
   const uint64_t before = group_->hash_before;
-  Status stepped = replica_->apply_step(group_->round.averaged());
+  Status stepped = replica_->apply_step(group_->round.averaged(), steps);
   counters_.payload_bytes += group_->round.payload_bytes_sent();
   counters_.payload_values += group_->round.payload_values_sent();
   membership_.clear();
-  for (const auto& member : spec.members) membership_.insert(member.peer_id);
+  for (const auto& member : spec.members) {
+    membership_.insert(member.peer_id);
+    bench_.erase(member.peer_id);  // it took its part in a committed round
+  }
+  voted_groups_.clear();  // settled: no round before this one can still be committed without it
   committed_group_ = spec.group;
   finished_groups_.push_back(spec.group);
   if (finished_groups_.size() > 16) finished_groups_.pop_front();
   group_.reset();
   held_.reset();
   joiners_.clear();
+  for (const auto& member : spec.members) {
+    if (member.peer_id != config_.peer_id) joiners_[member.peer_id] = {member.address, kCommittedNotJoined, 0, now};
+  }
+  last_join_at_ = -1e18;  // JOIN the next round at once: its leader waits only briefly
   ++counters_.rounds_committed;
   if (!led && spec.leader != config_.peer_id) ++counters_.rounds_followed;
-  events_.push_back({RoundEvent::Kind::stepped, spec.step + 1, spec.group, led, static_cast<int>(spec.members.size()),
+  events_.push_back({RoundEvent::Kind::stepped, spec.step + steps, spec.group, led, static_cast<int>(spec.members.size()),
                      stepped.is_ok() ? "" : stepped.to_string()});
   if (before != consensus) {
     // Stepped from other parameters than the stage's: this replica is wrong, and
@@ -301,6 +490,9 @@ void StageRounds::apply(bool led, double now) {
 
 void StageRounds::abort_group(const std::string& why, bool tell_others, double now) {
   const GroupSpec spec = group_->round.spec();
+  // Past half its deadline, a member whose contribution never came is why.
+  if (now - group_->started_at >= 0.5 * config_.phase_timeout_seconds) bench(group_->round.missing(), now);
+  last_round_at_ = now;
   if (tell_others) {
     for (const auto& member : spec.members) {
       if (member.peer_id == config_.peer_id) continue;
@@ -325,14 +517,30 @@ void StageRounds::tick_group(double now) {
   if (group_->done_sent && spec.leader != config_.peer_id) {
     // The COMMIT may have been lost: a member of the group at the next step,
     // committed to this group, is the leader's word.
+    std::vector<std::string> ids;
+    for (const auto& member : spec.members) ids.push_back(member.peer_id);
     for (const auto& member : spec.members) {
       const ProgressRecord* r = view_.find(member.peer_id);
-      if (r != nullptr && r->step == spec.step + 1 && r->committed_group == spec.group) {
-        apply(false, now);
+      const int64_t steps = r != nullptr ? r->step - spec.step : 0;
+      if (steps >= 1 && steps <= kMaxStepsPerRound && r->committed_group == spec.group && r->committed_members == ids) {
+        apply(false, steps, now);
         return;
       }
     }
-    if (now - group_->done_at > config_.phase_timeout_seconds + config_.stale_seconds) {
+    // The leader's record published after this member's DONE, showing it out of
+    // every round at this step (or restarted, behind it), is its word too: the
+    // round is over there uncommitted, and waiting out the deadline would only
+    // keep this member from the next one.
+    if (const ProgressRecord* r = view_.find(spec.leader);
+        r != nullptr && r->published_at > group_->done_at &&
+        (r->step < spec.step || (r->step == spec.step && r->state != ProgressRecord::State::averaging))) {
+      abort_group("the leader's record shows it out of the round", false, now);
+      return;
+    }
+    // Never before the leader's own deadline has passed (it started before this
+    // member's DONE): until then the leader may still commit.
+    const double wait = std::max(config_.phase_timeout_seconds + config_.stale_seconds, 2 * config_.phase_timeout_seconds);
+    if (now - group_->done_at > wait) {
       abort_group("no COMMIT, and no member's record shows the group committed", false, now);
     }
     return;
@@ -400,7 +608,11 @@ void StageRounds::delivery_failed(const Outgoing& sent, const Status& why, doubl
     if (sent.to == leader_) leader_.clear();  // choose again, without it
     return;
   }
-  if (group_ && sent.group == group_->round.spec().group && !(group_->done_sent && sent.op == RoundOp::commit)) {
+  // A member that reported DONE has voted: whatever it sent may still arrive (a
+  // DONE that timed out at a stalled leader is committed when it resumes), so
+  // only the leader's word, a record or the deadline ends its round.
+  const bool voted = group_ && group_->done_sent && group_->round.spec().leader != config_.peer_id;
+  if (group_ && sent.group == group_->round.spec().group && !voted && !(group_->done_sent && sent.op == RoundOp::commit)) {
     abort_group(fmt::format("{} to {} failed: {}", round_op_name(sent.op), sent.to, why.message()), true, now);
   }
 }
@@ -462,7 +674,8 @@ Status StageRounds::on_begin(const RoundMessage& m, double now) {
   std::set<std::string> group;
   for (const auto& x : m.members) group.insert(x.peer_id);
   const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
-  if (!is_majority(group, present_members(view_, membership, config_.peer_id, {m.sender}))) {
+  const StageView here = without_fallen_behind(view_, replica_->step(), last_round_at_);
+  if (!is_majority(group, present_members(here, membership, config_.peer_id, {m.sender}))) {
     return failed_precondition("a BEGIN whose group is no majority of the members {} committed with", config_.peer_id);
   }
   if (group_) {
@@ -500,19 +713,37 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
   // Its BEGIN is on its way: held, bounded, until the group starts.
   const bool early = !finished && !group_ && mode_ == Mode::serving && m.step == replica_->step() &&
                      !leader_.empty() && m.leader == leader_ && leader_ != config_.peer_id;
-  if (!early) {
+  // Only contributions come early: an averaged part (phase 1) needs this peer's
+  // own contribution first, so it cannot precede this peer's BEGIN.
+  if (!early || m.phase != 0) {
     ++counters_.refused_no_begin;
     return failed_precondition("no BEGIN for group {:016x} here", m.group);
   }
-  if (!early_parts_.empty() && early_parts_.front().group != m.group) {
-    early_parts_.clear();  // a newer round of the same leader
-    early_values_ = 0;
+  // Held per sender, its newest group only, within its share of the bound: a
+  // member sending junk that claims the leader's round (other groups, or many
+  // parts) evicts and crowds out its own parts, never another member's, whose
+  // loss would stall the real round until its deadline.
+  int64_t sender_values = 0, sender_parts = 0;
+  for (auto it = early_parts_.begin(); it != early_parts_.end();) {
+    if (it->sender != m.sender) {
+      ++it;
+    } else if (it->group != m.group) {  // a newer round of the same leader
+      early_values_ -= static_cast<int64_t>(it->values.size());
+      it = early_parts_.erase(it);
+    } else {
+      sender_values += static_cast<int64_t>(it->values.size());
+      ++sender_parts;
+      ++it;
+    }
   }
-  if (static_cast<int64_t>(m.values.size()) > config_.max_early_values - early_values_) {
+  const int64_t share = config_.max_early_values / std::max<int64_t>(1, static_cast<int64_t>(view_.mates.size()));
+  const int64_t values = static_cast<int64_t>(m.values.size());
+  if (values > share - sender_values || values > config_.max_early_values - early_values_ ||
+      sender_parts > share / config_.max_chunk_elements) {
     ++counters_.refused_full;
-    return resource_exhausted("early parts held: {} values", early_values_);
+    return resource_exhausted("early parts held: {} values, {} of them from {}", early_values_, sender_values, m.sender);
   }
-  early_values_ += static_cast<int64_t>(m.values.size());
+  early_values_ += values;
   early_parts_.push_back(m);
   return Status::ok();
 }
@@ -527,6 +758,7 @@ Status StageRounds::on_done(const RoundMessage& m, double now) {
     return permission_denied("{} is no member of group {:016x}", m.sender, m.group);
   }
   group_->done_from.insert(m.sender);
+  group_->samples_from[m.sender] = m.samples;
   if (group_->done_sent && group_->done_from.size() == group_->round.spec().members.size()) commit(now);
   return Status::ok();
 }
@@ -536,7 +768,7 @@ Status StageRounds::on_commit(const RoundMessage& m, double now) {
     return failed_precondition("no round {:016x} of {} here", m.group, m.sender);
   }
   if (!group_->done_sent) return failed_precondition("a COMMIT before this member holds every part");
-  apply(false, now);
+  apply(false, steps_for_samples(m.samples, config_.global_batch_samples), now);
   return Status::ok();
 }
 

@@ -52,6 +52,13 @@
 
 namespace swarm {
 
+// Global steps count samples: a round whose members took k global batches between
+// them (rounded) counts for k steps, at most this many, so a stage's step follows
+// its samples / global batch whatever the round latency, and so does the
+// learning-rate schedule on it.
+inline constexpr int64_t kMaxStepsPerRound = 8;
+int64_t steps_for_samples(int64_t samples, int64_t global_batch);
+
 struct RoundsConfig {
   std::string peer_id;
   std::string address;  // this peer's control server
@@ -87,8 +94,9 @@ class RoundReplica {
   };
   // The mean of the gradients accumulated since the last take; they count as "in a round" now.
   virtual Result<Taken> take_gradients() = 0;
-  // The averaged gradient, one optimizer step: step() + 1; the samples in the round are stepped.
-  virtual Status apply_step(std::span<const float> averaged) = 0;
+  // The averaged gradient, one optimizer step that counts for `steps` global steps:
+  // step() + steps; the samples in the round are stepped.
+  virtual Status apply_step(std::span<const float> averaged, int64_t steps) = 0;
   // The samples taken into rounds that will never step (a re-sync throws them away).
   virtual void lose_round_samples() = 0;
 };
@@ -106,7 +114,7 @@ struct RoundEvent {
 struct RoundCounters {
   int64_t rounds_led = 0, rounds_committed = 0, rounds_followed = 0, rounds_aborted = 0;
   int64_t refused_no_begin = 0, refused_not_member = 0, refused_bad_part = 0, refused_full = 0;
-  int64_t joins_refused = 0, unvouched_ahead = 0, diverged = 0;
+  int64_t joins_refused = 0, unvouched_ahead = 0, diverged = 0, benched = 0;
   int64_t payload_bytes = 0, payload_values = 0;
 };
 
@@ -164,8 +172,18 @@ class StageRounds {
     double done_at = 0;
     uint64_t hash_before = 0;
     std::set<std::string> done_from;  // the leader's tally
+    std::map<std::string, int64_t> samples_from;  // the samples each member's DONE holds
   };
 
+  struct Bench {
+    double until = 0;
+    int offenses = 0;
+  };
+  bool benched(const std::string& peer_id, double now) const;
+  void bench(const std::vector<std::string>& peers, double now);
+  bool leader_never_begins(double now) const;
+  std::set<std::string> round_joiners(double now) const;
+  std::optional<VouchedState> committed_without_me(int64_t step) const;
   void tick_group(double now);
   void tick_serving(double now);
   bool check_behind(double now);
@@ -175,7 +193,7 @@ class StageRounds {
   void send_join(double now);
   void after_progress(double now);
   void commit(double now);
-  void apply(bool led, double now);
+  void apply(bool led, int64_t steps, double now);
   void abort_group(const std::string& why, bool tell_others, double now);
   void drop_held();
   void send(const std::string& to, const std::string& address, RoundMessage m);
@@ -206,11 +224,15 @@ class StageRounds {
   double last_join_at_ = -1e18;
   std::map<std::string, double> unreachable_;  // peer -> when a message to it failed
   std::map<std::string, Joiner> joiners_;      // as leader, at this step
+  std::map<std::string, Bench> bench_;         // peers kept out of rounds for a while
+  double following_since_ = 0;                 // when this peer chose its current leader
+  double last_round_at_ = 0;                   // when a round it was in last began or ended
   uint64_t rounds_begun_ = 0;
   std::unique_ptr<ActiveGroup> group_;
   std::optional<RoundReplica::Taken> held_;  // taken for this step, not stepped yet
   std::vector<RoundMessage> early_parts_;
   int64_t early_values_ = 0;
+  std::map<uint64_t, int64_t> voted_groups_;  // groups this peer reported DONE in, and their step
   std::deque<uint64_t> finished_groups_;  // aborted or committed lately: their parts are refused
 
   std::vector<Outgoing> outbox_;

@@ -49,12 +49,21 @@ std::vector<const ProgressRecord*> voters_of(const StageView& view, const std::s
                                              const std::string& me, size_t* electorate) {
   std::vector<const ProgressRecord*> voters;
   if (membership.empty()) {
-    // A newcomer's own state counts for nothing: it is not the stage's.
-    for (const auto& r : view.mates) voters.push_back(&r);
-    *electorate = view.mates.size();
+    // A newcomer's own state counts for nothing: it is not the stage's. Nor do
+    // those of the mates that serve none (looking: newcomers like it, or peers
+    // the stage went on without; resyncing): counted, they would outvote the
+    // stage's last holders, and every one of them would wait for ever.
+    for (const auto& r : view.mates) {
+      if (r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging) voters.push_back(&r);
+    }
+    *electorate = voters.size();
     return voters;
   }
-  *electorate = 1;  // this peer
+  // This peer counts among the electorate (voting only for its own state): one
+  // other member of two must not move it alone, or a single member could make
+  // its stage-mate load any state it likes. A member that fell behind a round it
+  // voted DONE in follows that round's record instead (StageRounds::check_behind).
+  *electorate = membership.count(me);
   for (const auto& id : membership) {
     if (id == me) continue;
     ++*electorate;
@@ -115,14 +124,19 @@ bool dropped_from_membership(const StageView& view, const std::set<std::string>&
 }
 
 std::string choose_leader(const StageView& view, const std::string& me, int64_t step, uint64_t hash,
-                          const std::set<std::string>& joiners) {
-  std::string leader = me;
+                          const std::set<std::string>& joiners, const std::set<std::string>& membership) {
+  std::set<std::string> candidates{me};
   for (const auto& r : view.mates) {
     const bool takes_part = r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging;
-    if (takes_part && r.step == step && r.params_hash == hash && r.peer_id < leader) leader = r.peer_id;
+    if (takes_part && r.step == step && r.params_hash == hash) candidates.insert(r.peer_id);
   }
-  if (!joiners.empty() && *joiners.begin() < leader) leader = *joiners.begin();
-  return leader;
+  candidates.insert(joiners.begin(), joiners.end());
+  const bool a_member_is_here = std::any_of(candidates.begin(), candidates.end(),
+                                            [&](const std::string& id) { return membership.count(id) != 0; });
+  for (const auto& id : candidates) {  // in id order
+    if (!a_member_is_here || membership.count(id) != 0) return id;
+  }
+  return me;
 }
 
 std::set<std::string> present_members(const StageView& view, const std::set<std::string>& membership,

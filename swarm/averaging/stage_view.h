@@ -61,9 +61,11 @@ bool dropped_from_membership(const StageView& view, const std::set<std::string>&
 
 // The leader of the round that ends `step`: the lowest id among this peer and the
 // fresh stage-mates at that step, serving, with the same parameters hash, and the
-// peers that joined this one lately (`joiners`).
+// peers that joined this one lately (`joiners`). Where `membership` (the last
+// committed round's) has a member among them, only members lead: a record copied
+// under a lower id, or a newcomer, cannot take the stage's rounds.
 std::string choose_leader(const StageView& view, const std::string& me, int64_t step, uint64_t hash,
-                          const std::set<std::string>& joiners);
+                          const std::set<std::string>& joiners, const std::set<std::string>& membership = {});
 
 // Members of `membership` still present: this peer, the ones in the view, and those heard from lately.
 std::set<std::string> present_members(const StageView& view, const std::set<std::string>& membership,

@@ -23,6 +23,7 @@
 //   SWARM_ASSIGN_OR_RETURN(auto g, replica->take_gradients());   // then all-reduce g.mean
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -176,17 +177,19 @@ class Replica {
     return out;
   }
 
-  // Applies the stage's averaged gradient with LAMB and moves to global step + 1.
+  // Applies the stage's averaged gradient with LAMB and moves to global step +
+  // `steps`: a round that took several global batches' samples counts for as many
+  // steps, so the step (and the learning-rate schedule on it) follows samples.
   // A step the optimizer refuses (non-finite) leaves the weights, not the step.
   // The round's samples (those of the last take_gradients) are stepped or lost.
-  Status apply_global_step(std::span<const float> averaged, const optim::LrSchedule& schedule) {
+  Status apply_global_step(std::span<const float> averaged, const optim::LrSchedule& schedule, int64_t steps = 1) {
     std::lock_guard lock(mu_);
     if (averaged.size() != static_cast<size_t>(swarm::parameter_count(stage_))) {
       change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
       return invalid_argument("an averaged gradient of {} values for a stage of {}", averaged.size(),
                               swarm::parameter_count(stage_));
     }
-    const int64_t next = step_.load() + 1;
+    const int64_t next = step_.load() + std::max<int64_t>(steps, 1);
     Status stepped = global_.step_with_gradients(stage_.parameter_views(), averaged, schedule.lr_at(next));
     change_ledger([&](protocol::SampleLedger& l) {
       move_samples(l.samples_in_round, stepped.is_ok() ? l.samples_stepped : l.samples_lost_nonfinite);

@@ -30,7 +30,9 @@ class ReplicaPort final : public RoundReplica {
     SWARM_ASSIGN_OR_RETURN(auto g, replica_->take_gradients());
     return Taken{std::move(g.mean), g.samples};
   }
-  Status apply_step(std::span<const float> averaged) override { return replica_->apply_global_step(averaged, schedule_); }
+  Status apply_step(std::span<const float> averaged, int64_t steps) override {
+    return replica_->apply_global_step(averaged, schedule_, steps);
+  }
   void lose_round_samples() override { replica_->lose_round_samples(); }
 
  private:

