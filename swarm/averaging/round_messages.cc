@@ -101,6 +101,7 @@ nlohmann::json control_fields(const RoundMessage& m) {
       break;
     case RoundOp::commit:
       j["samples"] = m.samples;
+      j["steps"] = m.steps;
       break;
     case RoundOp::abort:
       j["reason"] = m.reason;
@@ -172,6 +173,7 @@ Status read_op_fields(const nlohmann::json& j, const RoundMessageLimits& limits,
     }
     case RoundOp::commit: {
       SWARM_ASSIGN_OR_RETURN(m->samples, integer(j, "samples", 0, INT64_MAX));
+      SWARM_ASSIGN_OR_RETURN(m->steps, integer(j, "steps", 1, limits.max_steps_per_round));
       return Status::ok();
     }
     case RoundOp::abort: {

@@ -69,8 +69,9 @@ struct RoundMessage {
   // join
   std::string address;  // the sender's control server
   // join: samples accumulated toward the step; done: the samples its contribution
-  // holds; commit: the group's total, which sets how many global steps it counts for
+  // holds; commit: the group's total
   int64_t samples = 0;
+  int64_t steps = 1;  // commit: the global steps the round counts for
   double samples_per_second = 0;
   uint64_t params_hash = 0;  // join, part, done: the sender's parameters at `step`
   // begin
@@ -92,6 +93,7 @@ struct RoundMessageLimits {
   int64_t max_chunk_elements = 1 << 18;
   int64_t max_chunks = 1 << 16;
   size_t max_text = 4096;  // ids, addresses, reasons
+  int64_t max_steps_per_round = 8;  // kMaxStepsPerRound
 };
 
 // The frames of `message`, its values (PART) encoded with `codec`.

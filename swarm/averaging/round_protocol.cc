@@ -435,19 +435,25 @@ void StageRounds::commit(double now) {
   const int64_t cap = kMaxStepsPerRound * config_.global_batch_samples;
   int64_t total = 0;
   for (const auto& [id, samples] : group_->samples_from) total += std::min(samples, cap);
+  const int64_t steps = steps_for_samples(total, config_.global_batch_samples, &sample_credit_);
   for (const auto& member : spec.members) {
     if (member.peer_id == config_.peer_id) continue;
     RoundMessage m = control(RoundOp::commit);
     m.samples = total;
+    m.steps = steps;
     send(member.peer_id, member.address, std::move(m));
   }
-  apply(true, steps_for_samples(total, config_.global_batch_samples), now);
+  apply(true, steps, now);
 }
 
-int64_t steps_for_samples(int64_t samples, int64_t global_batch) {
+int64_t steps_for_samples(int64_t samples, int64_t global_batch, int64_t* credit) {
   const int64_t batch = std::max<int64_t>(global_batch, 1);
-  const int64_t steps = (std::max<int64_t>(samples, 0) + batch / 2) / batch;  // rounded: no drift either way
-  return std::clamp<int64_t>(steps, 1, kMaxStepsPerRound);
+  const int64_t owed = std::max<int64_t>(samples, 0) + *credit;
+  const int64_t steps = std::clamp<int64_t>(owed / batch, 1, kMaxStepsPerRound);
+  // What a step counted beyond its samples (or they beyond it) carries to the
+  // next round this leader commits, within one batch either way.
+  *credit = std::clamp<int64_t>(owed - steps * batch, -batch, batch);
+  return steps;
 }
 
 void StageRounds::apply(bool led, int64_t steps, double now) {
@@ -768,7 +774,7 @@ Status StageRounds::on_commit(const RoundMessage& m, double now) {
     return failed_precondition("no round {:016x} of {} here", m.group, m.sender);
   }
   if (!group_->done_sent) return failed_precondition("a COMMIT before this member holds every part");
-  apply(false, steps_for_samples(m.samples, config_.global_batch_samples), now);
+  apply(false, std::clamp<int64_t>(m.steps, 1, kMaxStepsPerRound), now);
   return Status::ok();
 }
 

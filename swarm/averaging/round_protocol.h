@@ -53,11 +53,12 @@
 namespace swarm {
 
 // Global steps count samples: a round whose members took k global batches between
-// them (rounded) counts for k steps, at most this many, so a stage's step follows
-// its samples / global batch whatever the round latency, and so does the
-// learning-rate schedule on it.
+// them counts for k steps (1 to this many), the leader carrying the remainder
+// (`credit`, within a batch) to its next round, so a stage's step follows its
+// samples / global batch whatever the round latency, and so does the
+// learning-rate schedule on it. The COMMIT says how many.
 inline constexpr int64_t kMaxStepsPerRound = 8;
-int64_t steps_for_samples(int64_t samples, int64_t global_batch);
+int64_t steps_for_samples(int64_t samples, int64_t global_batch, int64_t* credit);
 
 struct RoundsConfig {
   std::string peer_id;
@@ -228,6 +229,7 @@ class StageRounds {
   double following_since_ = 0;                 // when this peer chose its current leader
   double last_round_at_ = 0;                   // when a round it was in last began or ended
   uint64_t rounds_begun_ = 0;
+  int64_t sample_credit_ = 0;  // as leader: samples counted by no step yet (or steps ahead of samples)
   std::unique_ptr<ActiveGroup> group_;
   std::optional<RoundReplica::Taken> held_;  // taken for this step, not stepped yet
   std::vector<RoundMessage> early_parts_;
