@@ -90,7 +90,17 @@ void StageRounds::tick(double now) {
     const bool same_state_everywhere = std::all_of(view_.mates.begin(), view_.mates.end(), [&](const ProgressRecord& r) {
       return r.step == replica_->step() && r.params_hash == replica_->params_hash();
     });
-    if (membership_.empty() && !same_state_everywhere) return;
+    // Where no stage-mate serves at all (all of them looking: restarted, or left
+    // behind by a stage that since died), the newest state serves (the lowest id
+    // among equals) and the others follow it: each waiting for all to agree would
+    // keep the stage still for ever.
+    const bool nobody_serves = std::none_of(view_.mates.begin(), view_.mates.end(), [](const ProgressRecord& r) {
+      return r.state != ProgressRecord::State::looking;
+    });
+    const bool newest = std::all_of(view_.mates.begin(), view_.mates.end(), [&](const ProgressRecord& r) {
+      return r.step < replica_->step() || (r.step == replica_->step() && r.peer_id > config_.peer_id);
+    });
+    if (membership_.empty() && !same_state_everywhere && !(nobody_serves && newest)) return;
     mode_ = Mode::serving;  // nobody vouches for another state: this one is the stage's
     events_.push_back({RoundEvent::Kind::serving, replica_->step(), 0, false, 0, "no vouched state ahead"});
   }

@@ -452,8 +452,16 @@ class StageSync {
     };
     check.state = [&](const Checkpoint& state) -> Status {
       SWARM_ASSIGN_OR_RETURN(uint64_t hash, StateInspection<S>::inspect(*replica_, state));
-      const bool ok = (state.step == target.step && hash == target.hash) || vouched(state.step, hash);
-      if (!ok) return data_loss("its parameters hash to {:016x}, which no majority vouches for at step {}", hash, state.step);
+      // A donor that stepped since the target was chosen hands over a newer state,
+      // which this peer's view of the records may not show yet: the reader keeps
+      // reading while it waits (bounded) for a majority to be seen vouching for it.
+      const Deadline until = deadline_after(config_.progress_stale_seconds);
+      while (!((state.step == target.step && hash == target.hash) || vouched(state.step, hash))) {
+        if (Clock::now() >= until || flags_->dead) {
+          return data_loss("its parameters hash to {:016x}, which no majority vouches for at step {}", hash, state.step);
+        }
+        std::this_thread::sleep_for(std::chrono::duration<double>(config_.progress_period_seconds / 2));
+      }
       *verified = hash;
       return Status::ok();
     };

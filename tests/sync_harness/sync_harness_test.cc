@@ -1,0 +1,280 @@
+// Each way the stage's rounds went wrong before the round protocol, replayed
+// against the production StageRounds in the deterministic harness.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "swarm/core/random.h"
+#include "tests/sync_harness/sync_harness.h"
+
+namespace swarm::sync {
+namespace {
+
+constexpr int64_t kFarAhead = int64_t{1} << 40;
+
+int count_events(const Harness& h, int i, RoundEvent::Kind kind) {
+  const auto events = h.events(i);
+  return static_cast<int>(std::count_if(events.begin(), events.end(), [&](const RoundEvent& e) { return e.kind == kind; }));
+}
+
+// Steps taken by a group of `members`, over every peer.
+int steps_with_members(const Harness& h, int members) {
+  int n = 0;
+  for (int i = 0; i < h.size(); ++i) {
+    for (const auto& e : h.events(i)) n += e.kind == RoundEvent::Kind::stepped && e.members == members;
+  }
+  return n;
+}
+
+void expect_clean(Harness& h) {
+  h.check_ledger();
+  for (const auto& v : h.violations()) FAIL_CHECK(v);
+}
+
+TEST_CASE("a stage-mate's record ahead of three cannot stop the others stepping") {
+  struct Case {
+    std::string name;
+    bool member;
+    int64_t ahead;  // 0: kFarAhead
+  };
+  for (const Case c : {Case{"member a few steps ahead", true, 3}, Case{"member at 2^40", true, 0},
+                       Case{"non-member at 2^40", false, 0}}) {
+    CAPTURE(c.name);
+    Harness h({.seed = 11, .peers = 4});
+    h.run_for(10);
+    const int64_t before = h.stage_step();
+    REQUIRE(before > 4);
+    const int64_t claimed = c.ahead == 0 ? kFarAhead : before + c.ahead;
+    if (c.member) {
+      h.tamper_records(3, [claimed](ProgressRecord& r) {
+        r.step = claimed;
+        r.params_hash = 0xf00d;
+        r.recent_hashes.clear();
+      });
+    } else {
+      ProgressRecord forged;
+      forged.peer_id = "p9";
+      forged.address = "sim://p9";
+      forged.step = claimed;
+      forged.params_hash = 0xf00d;
+      forged.committed_members = {"p9"};
+      h.forge_record(forged);
+    }
+    h.run_for(15);
+    // The three honest peers (the lying member steps honestly too) go on together.
+    CHECK(h.stage_step() >= before + 8);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(h.replica(i).step() >= h.stage_step() - 1);
+      CHECK(h.rounds(i).counters().unvouched_ahead > 0);  // seen, and ignored
+      CHECK(h.rounds(i).mode() == StageRounds::Mode::serving);
+    }
+    CHECK(h.stats().kind[static_cast<int>(RoundEvent::Kind::resync)] == 0);
+    expect_clean(h);
+  }
+}
+
+TEST_CASE("a peer whose registry view is empty while its mate is alive never steps alone") {
+  for (int blind : {0, 1}) {  // the leader (lowest id) blind, then the member
+    CAPTURE(blind);
+    Harness h({.seed = 21, .peers = 2});
+    h.run_for(8);
+    REQUIRE(h.stage_step() > 3);
+    REQUIRE(steps_with_members(h, 1) == 0);
+    const int64_t before = h.stage_step();
+    h.view(blind).blind = true;
+    h.run_for(15);
+    CHECK(steps_with_members(h, 1) == 0);
+    CHECK(h.replica(0).step() == h.replica(1).step());
+    // Its mate's JOINs, or its own to the leader it committed with, keep the pair stepping.
+    CHECK(h.stage_step() > before);
+    h.view(blind).blind = false;
+    h.run_for(5);
+    CHECK(h.replica(0).params_hash() == h.replica(1).params_hash());
+    expect_clean(h);
+  }
+}
+
+TEST_CASE("a round slower than the record TTL still completes and no member vanishes") {
+  HarnessOptions options{.seed = 31, .peers = 3, .record_ttl = 6.0};
+  options.rounds.phase_timeout_seconds = 30;
+  options.call_timeout = 20;
+  Harness h(options);
+  h.run_for(6);
+  const int64_t before = h.stage_step();
+  REQUIRE(before > 2);
+  // Every part takes 4 s a hop: a round (two hops of parts, DONE, COMMIT) outlasts the 6 s TTL.
+  h.add_fault({.op = RoundOp::part, .start = h.now(), .end = h.now() + 20, .delay = 4.0});
+  int min_seen = 2;
+  for (int t = 0; t < 2000; ++t) {
+    h.run_for(0.01);
+    for (int i = 0; i < 3; ++i) min_seen = std::min(min_seen, h.rounds(i).progress(h.now()).stage_mates_seen);
+  }
+  CHECK(min_seen == 2);  // every record stayed fresh in every view
+  CHECK(h.stage_step() >= before + 2);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(h.replica(i).step() == h.stage_step());
+    CHECK(count_events(h, i, RoundEvent::Kind::aborted) == 0);
+    CHECK(count_events(h, i, RoundEvent::Kind::resync) == 0);
+  }
+  expect_clean(h);
+}
+
+TEST_CASE("one member with a lagging view: rounds still form and commit, with no part timeouts") {
+  Harness h({.seed = 41, .peers = 4});
+  h.view(3).delay = 1.0;  // under a step (1.3 s), far over a round (0.1 s) and a publish period (0.2 s)
+  h.run_for(30);
+  CHECK(h.stage_step() > 15);
+  CHECK(h.stats().timeouts == 0);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(count_events(h, i, RoundEvent::Kind::aborted) == 0);
+    // It takes part in (nearly) every round: it is not dropped and re-synced instead.
+    CHECK(h.rounds(i).counters().rounds_committed >= h.stage_step() - 3);
+  }
+  expect_clean(h);
+}
+
+TEST_CASE("a lost all-gather part to one of three members: all step or none, one lineage per step") {
+  Harness h({.seed = 51, .peers = 3});
+  h.run_for(6);
+  const int64_t before = h.stage_step();
+  // The averaged parts to p2 vanish for a while: its group cannot complete.
+  h.add_fault({.op = RoundOp::part, .phase = 1, .to = 2, .start = h.now(), .end = h.now() + 6, .drop = 1.0});
+  h.run_for(20);
+  std::map<uint64_t, std::set<int>> stepped;  // group -> peers that stepped with it
+  std::map<uint64_t, int> size;
+  for (int i = 0; i < 3; ++i) {
+    for (const auto& e : h.events(i)) {
+      if (e.kind != RoundEvent::Kind::stepped) continue;
+      stepped[e.group].insert(i);
+      size[e.group] = e.members;
+    }
+  }
+  for (const auto& [group, peers] : stepped) {
+    CAPTURE(group);
+    CHECK(static_cast<int>(peers.size()) == size[group]);  // never some of a group
+  }
+  CHECK(h.stats().kind[static_cast<int>(RoundEvent::Kind::aborted)] > 0);  // the fault did bite
+  CHECK(h.stage_step() > before + 5);                                       // and the stage went on
+  for (int i = 1; i < 3; ++i) CHECK(h.replica(i).params_hash() == h.replica(0).params_hash());
+  expect_clean(h);
+}
+
+TEST_CASE("a lost COMMIT: the member follows from its leader's record, without re-syncing") {
+  Harness h({.seed = 52, .peers = 3});
+  h.run_for(6);
+  h.add_fault({.op = RoundOp::commit, .to = 2, .start = h.now(), .end = h.now() + 3, .drop = 1.0});
+  h.run_for(10);
+  CHECK(h.rounds(2).counters().rounds_followed > 0);
+  CHECK(count_events(h, 2, RoundEvent::Kind::resync) == 0);
+  CHECK(h.replica(2).params_hash() == h.replica(0).params_hash());
+  expect_clean(h);
+}
+
+// Steps per simulated second before, during and after `attack` runs from t=12 to t=24.
+struct Rates {
+  double before, during, after;
+};
+template <typename Attack>
+Rates rates_under(Harness& h, Attack attack) {
+  h.run_until(12);
+  while (h.now() < 24 - 1e-9) {
+    attack(h);
+    h.run_for(0.01);
+  }
+  h.run_until(36);
+  return {h.step_rate(2, 12), h.step_rate(12, 24), h.step_rate(24, 36)};
+}
+
+TEST_CASE("junk PART messages from a member are refused and counted, and do not slow the stage") {
+  Harness h({.seed = 61, .peers = 4});
+  SplitMix64 rng(99);
+  int64_t sent = 0;
+  const Rates r = rates_under(h, [&](Harness& hh) {
+    for (int k = 0; k < 40; ++k) {  // 4,000 a second
+      const int to = static_cast<int>(rng.below(3));
+      RoundMessage m;
+      m.op = RoundOp::part;
+      m.sender = "p3";
+      m.step = rng.below(2) ? hh.replica(to).step() : static_cast<int64_t>(rng.below(1000));
+      m.leader = rng.below(2) ? hh.rounds(to).leader() : "p" + std::to_string(rng.below(5));
+      if (m.leader.empty()) m.leader = "p0";
+      m.group = rng.below(4) ? rng.next() | 1 : 0x1234;
+      m.phase = static_cast<int>(rng.below(2));
+      m.from = static_cast<int>(rng.below(4));
+      m.part = m.phase == 1 ? m.from : (m.from + 1 + static_cast<int>(rng.below(3))) % 4;
+      m.chunk = static_cast<int>(rng.below(3));
+      m.values.assign(rng.below(3) ? 4 : 1 + rng.below(2000), 0.5f);
+      m.params_hash = rng.next();
+      hh.inject(to, m);
+      ++sent;
+    }
+  });
+  CAPTURE(r.before);
+  CAPTURE(r.during);
+  CAPTURE(r.after);
+  CHECK(sent > 40000);
+  CHECK(h.stats().injected_refused >= sent * 9 / 10);
+  int64_t counted = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto& c = h.rounds(i).counters();
+    counted += c.refused_no_begin + c.refused_bad_part + c.refused_full + c.refused_not_member;
+  }
+  CHECK(counted >= h.stats().injected_refused);
+  CHECK(r.before > 0.5);
+  CHECK(r.during >= 0.8 * r.before);
+  CHECK(r.after >= 0.8 * r.before);
+  expect_clean(h);
+}
+
+TEST_CASE("a forged record at step 2^40 does not slow the stage") {
+  for (bool member : {false, true}) {
+    CAPTURE(member);
+    Harness h({.seed = 71, .peers = 4});
+    bool forging = false;
+    const Rates r = rates_under(h, [&](Harness& hh) {
+      if (forging) return;
+      forging = true;
+      if (member) {
+        hh.tamper_records(3, [](ProgressRecord& rec) {
+          rec.step = kFarAhead;
+          rec.params_hash = 0xbad;
+        });
+        return;
+      }
+      ProgressRecord forged;
+      forged.peer_id = "p00";  // sorts before every peer: the leader, were it believed
+      forged.address = "sim://p00";
+      forged.step = kFarAhead;
+      forged.params_hash = 0xbad;
+      forged.committed_members = {"p0", "p00", "p1", "p2", "p3"};
+      hh.forge_record(forged);
+    });
+    CAPTURE(r.before);
+    CAPTURE(r.during);
+    CAPTURE(r.after);
+    CHECK(r.before > 0.5);
+    CHECK(r.during >= 0.8 * r.before);
+    CHECK(r.after >= 0.8 * r.before);
+    expect_clean(h);
+  }
+}
+
+TEST_CASE("one seed replays byte for byte") {
+  auto run = [](uint64_t seed) {
+    Harness h({.seed = seed, .peers = 4});
+    h.run_for(4);
+    h.kill(1);
+    h.view(2).delay = 2;
+    h.run_for(4);
+    h.restart(1);
+    h.run_for(6);
+    return h.digest();
+  };
+  CHECK(run(5) == run(5));
+  CHECK(run(5) != run(6));
+}
+
+}  // namespace
+}  // namespace swarm::sync
