@@ -398,6 +398,8 @@ class StageSync {
         set_serving(false);
         break;
       case RoundEvent::Kind::serving:
+        log_info("peer {}: serving its own state at step {}: {}", config_.peer_id, event.step, event.text);
+        break;
       case RoundEvent::Kind::refused:
         break;
     }

@@ -11,6 +11,10 @@
 //                `liveness_bound` seconds of the faults healing;
 //   ledger       every sample fed is pending, in a round, stepped or lost, once;
 //   determinism  (the caller reruns some seeds and compares digests).
+// A restart keeps the peer's id (as `swarm peer --peer-id` does). Registry views lag
+// or lose gets for less than the staleness bound (5 s): past it, a peer that never
+// committed cannot tell an outage from an empty stage (its driver drops its own
+// record) and serves alone by design.
 //
 //   FuzzOutcome out = run_schedule(seed, FuzzOptions{});
 //   for (const auto& v : out.violations) report(seed, v);

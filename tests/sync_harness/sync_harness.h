@@ -6,8 +6,11 @@
 // lets each live peer publish its record, read the registry (through its own
 // delay and faults), feed on the trainers' samples and tick, and sends what the
 // peers put in their outboxes through wire::Frames, decode_message and
-// parse_round_message, as a transport would. Checks ride along: one hash per
-// step stage-wide (Lineage), every sample counted once (Ledger), and a digest of
+// parse_round_message, as a transport would. A peer reads the registry as its
+// driver does (swarm/peer/stage_sync.h): records merged into what it knew, its
+// own left out, the stale forgotten. Checks ride along: no two live replicas ever
+// hold different hashes for one step (a lineage whose every holder died may be
+// redone, and is counted), every sample counted once (Ledger), and a digest of
 // every event so two runs of a seed compare byte for byte.
 //
 //   Harness h({.seed = 7, .peers = 3});

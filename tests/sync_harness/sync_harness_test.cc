@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "swarm/core/random.h"
 #include "tests/sync_harness/sync_harness.h"
 
@@ -33,13 +35,14 @@ void expect_clean(Harness& h) {
   for (const auto& v : h.violations()) FAIL_CHECK(v);
 }
 
+// Before: a record ahead made the others drop their rounds for ever (they were "behind").
 TEST_CASE("a stage-mate's record ahead of three cannot stop the others stepping") {
   struct Case {
     std::string name;
     bool member;
     int64_t ahead;  // 0: kFarAhead
   };
-  for (const Case c : {Case{"member a few steps ahead", true, 3}, Case{"member at 2^40", true, 0},
+  for (const Case& c : {Case{"member a few steps ahead", true, 3}, Case{"member at 2^40", true, 0},
                        Case{"non-member at 2^40", false, 0}}) {
     CAPTURE(c.name);
     Harness h({.seed = 11, .peers = 4});
@@ -75,6 +78,7 @@ TEST_CASE("a stage-mate's record ahead of three cannot stop the others stepping"
   }
 }
 
+// Before: a peer that saw nobody formed a round of one and stepped alone.
 TEST_CASE("a peer whose registry view is empty while its mate is alive never steps alone") {
   for (int blind : {0, 1}) {  // the leader (lowest id) blind, then the member
     CAPTURE(blind);
@@ -96,6 +100,7 @@ TEST_CASE("a peer whose registry view is empty while its mate is alive never ste
   }
 }
 
+// Before: records were not republished during a round, lapsed, and the members vanished from each other.
 TEST_CASE("a round slower than the record TTL still completes and no member vanishes") {
   HarnessOptions options{.seed = 31, .peers = 3, .record_ttl = 6.0};
   options.rounds.phase_timeout_seconds = 30;
@@ -121,6 +126,7 @@ TEST_CASE("a round slower than the record TTL still completes and no member vani
   expect_clean(h);
 }
 
+// Before: each member named the round from its own view; a lagging one named another, and parts timed out.
 TEST_CASE("one member with a lagging view: rounds still form and commit, with no part timeouts") {
   Harness h({.seed = 41, .peers = 4});
   h.view(3).delay = 1.0;  // under a step (1.3 s), far over a round (0.1 s) and a publish period (0.2 s)
@@ -135,6 +141,7 @@ TEST_CASE("one member with a lagging view: rounds still form and commit, with no
   expect_clean(h);
 }
 
+// Before: a partial all-gather let the members that completed step while the others failed.
 TEST_CASE("a lost all-gather part to one of three members: all step or none, one lineage per step") {
   Harness h({.seed = 51, .peers = 3});
   h.run_for(6);
@@ -187,6 +194,7 @@ Rates rates_under(Harness& h, Attack attack) {
   return {h.step_rate(2, 12), h.step_rate(12, 24), h.step_rate(24, 36)};
 }
 
+// Before: 28 junk all-reduce parts froze a stage.
 TEST_CASE("junk PART messages from a member are refused and counted, and do not slow the stage") {
   Harness h({.seed = 61, .peers = 4});
   SplitMix64 rng(99);
@@ -198,7 +206,7 @@ TEST_CASE("junk PART messages from a member are refused and counted, and do not 
       m.op = RoundOp::part;
       m.sender = "p3";
       m.step = rng.below(2) ? hh.replica(to).step() : static_cast<int64_t>(rng.below(1000));
-      m.leader = rng.below(2) ? hh.rounds(to).leader() : "p" + std::to_string(rng.below(5));
+      m.leader = rng.below(2) ? hh.rounds(to).leader() : fmt::format("p{}", rng.below(5));
       if (m.leader.empty()) m.leader = "p0";
       m.group = rng.below(4) ? rng.next() | 1 : 0x1234;
       m.phase = static_cast<int>(rng.below(2));
@@ -228,6 +236,7 @@ TEST_CASE("junk PART messages from a member are refused and counted, and do not 
   expect_clean(h);
 }
 
+// Before: one forged record at step 2^40 froze a stage.
 TEST_CASE("a forged record at step 2^40 does not slow the stage") {
   for (bool member : {false, true}) {
     CAPTURE(member);
