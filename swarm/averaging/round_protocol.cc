@@ -57,7 +57,12 @@ StageRounds::StageRounds(RoundsConfig config, RoundReplica* replica, RoundCodec 
 // ---- inputs ----
 
 void StageRounds::observe(const std::vector<ProgressRecord>& records, double now) {
+  const bool had_mates = !view_.mates.empty();
   view_ = StageView::from(records, config_.peer_id, now, config_.stale_seconds);
+  // A view gone empty is no proof of an empty stage (this peer may have been
+  // stopped while its stage went on): a peer that never committed waits a stale
+  // period before it leads a group of one (seed 3844 of the harness's fuzzer).
+  if (mode_ == Mode::serving && membership_.empty() && had_mates && view_.mates.empty()) started_at_ = now;
   for (auto it = unreachable_.begin(); it != unreachable_.end();) {
     it = now - it->second > config_.stale_seconds ? unreachable_.erase(it) : std::next(it);
   }
@@ -319,6 +324,9 @@ bool StageRounds::ready_to_begin(double now) {
   const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
   const StageView here = without_fallen_behind(view_, replica_->step(), last_round_at_);
   if (!is_majority(group, present_members(here, membership, config_.peer_id, heard))) return false;
+  if (membership_.empty() && group.size() == 1 && view_.mates.empty() && now - started_at_ < config_.stale_seconds) {
+    return false;
+  }
   GlobalBatchConfig batch{config_.global_batch_samples, config_.stale_seconds, config_.start_on_estimated_arrival};
   if (!decide_global_batch(batch, own.step, records, now).ready) return false;
   // A majority suffices, but the stage-mates at this step that have not JOINed
