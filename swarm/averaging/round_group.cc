@@ -45,6 +45,7 @@ RoundMessage RoundGroup::part_header(int phase, int part, int chunk) const {
   m.chunk = chunk;
   m.from = me_;
   m.params_hash = spec_.params_hash;
+  if (phase == 0) m.samples = samples_of_.at(me_);
   return m;
 }
 
@@ -57,11 +58,12 @@ Status RoundGroup::send_part(int to, const RoundMessage& header, const wire::Fra
   return Status::ok();
 }
 
-Status RoundGroup::start(std::vector<float> mean) {
+Status RoundGroup::start(std::vector<float> mean, int64_t samples) {
   if (me_ < 0) return invalid_argument("peer {} is not a member of group {:016x}", spec_.me, spec_.group);
   if (started_) return failed_precondition("group {:016x} started already", spec_.group);
   started_ = true;
   mean_ = std::move(mean);
+  samples_of_[me_] = std::clamp<int64_t>(samples, 0, spec_.max_member_samples);
   hashes_[spec_.me] = spec_.params_hash;
   const int64_t n = size();
   const int64_t total = static_cast<int64_t>(mean_.size());
@@ -118,6 +120,13 @@ Status RoundGroup::receive(const RoundMessage& m) {
   auto& store = m.phase == 0 ? contributions_ : gathered_;
   const std::pair<int, int> key{m.from, m.chunk};
   if (store.count(key) != 0) return already_exists("part {} chunk {} from {} is held already", m.part, m.chunk, m.sender);
+  if (m.phase == 0) {
+    const int64_t samples = std::clamp<int64_t>(m.samples, 0, spec_.max_member_samples);
+    auto [it, first] = samples_of_.emplace(m.from, samples);
+    if (!first && it->second != samples) {
+      return invalid_argument("{}'s contributions claim {} and {} samples", m.sender, it->second, samples);
+    }
+  }
   store[key] = m.values;
   hashes_[m.sender] = m.params_hash;
   if (m.phase == 1) {
@@ -142,7 +151,7 @@ Status RoundGroup::maybe_reduce() {
     std::vector<double> sum(static_cast<size_t>(len), 0.0);
     double total = 0;
     for (int i = 0; i < size(); ++i) {
-      const double w = spec_.members[static_cast<size_t>(i)].weight;
+      const double w = static_cast<double>(samples_of_.at(i));
       if (!(w > 0)) continue;
       total += w;
       const std::vector<float>& x = contributions_.at({i, static_cast<int>(c)});

@@ -4,8 +4,8 @@
 // each sent in chunks of bounded size. Reduce-scatter: member i sends part j of its
 // mean gradient to member j. The owner of a part waits for every member's
 // contribution (the group is agreed, so nobody is left out silently: a missing
-// member fails the round), takes the mean weighted by the weights the leader set,
-// in member order and in double, encodes it once and keeps decode(encode(mean)):
+// member fails the round), takes the mean weighted by the samples each contribution
+// says it holds (capped), in member order and in double, encodes it once and keeps decode(encode(mean)):
 // exactly what the others decode. All-gather: it sends those bytes to everyone.
 // The group is complete when this member holds every part; every complete member
 // holds the same vector, bit for bit.
@@ -13,7 +13,7 @@
 // Pure: messages in, messages out; the caller sends them and keeps the time.
 //
 //   RoundGroup group(spec, codec);
-//   SWARM_RETURN_IF_ERROR(group.start(mean));      // then send group.take_outgoing()
+//   SWARM_RETURN_IF_ERROR(group.start(mean, samples));  // then send group.take_outgoing()
 //   SWARM_RETURN_IF_ERROR(group.receive(part));    // ... until group.complete()
 #pragma once
 
@@ -45,6 +45,9 @@ struct GroupSpec {
   uint64_t group = 0;
   std::vector<RoundMember> members;  // ordered by id, this peer among them
   std::string me;
+  // The most samples one member's contribution counts for: a member cannot outweigh
+  // the others by claiming more.
+  int64_t max_member_samples = INT64_MAX;
   uint64_t params_hash = 0;
   int64_t max_chunk_elements = 1 << 18;
 };
@@ -61,10 +64,14 @@ class RoundGroup {
   int member_index(const std::string& peer_id) const;
   int size() const { return static_cast<int>(spec_.members.size()); }
 
-  // This member's mean gradient: its contributions go out (in the codec), its own
-  // is kept after the same encode/decode round trip. A group of one is complete at
-  // once with `mean` as it is (nothing travels, nothing is quantized).
-  Status start(std::vector<float> mean);
+  // This member's mean gradient over `samples` samples: its contributions go out (in
+  // the codec, each saying its samples), its own is kept after the same encode/decode
+  // round trip. The members weigh contributions by the samples they took, not by
+  // what the leader heard in their JOINs: samples that reach a member between its
+  // JOIN and the BEGIN would otherwise count for nothing, or for another's. A group
+  // of one is complete at once with `mean` as it is (nothing travels, nothing is
+  // quantized).
+  Status start(std::vector<float> mean, int64_t samples);
   bool started() const { return started_; }
 
   // A PART of this group. invalid_argument for one that does not fit (wrong sender
@@ -100,7 +107,7 @@ class RoundGroup {
   bool started_ = false;
   std::vector<float> mean_;
   std::vector<Range> parts_;
-  std::vector<float> own_contribution_;  // my part of my mean, through the codec
+  std::map<int, int64_t> samples_of_;  // member index -> the samples its contribution holds, capped
   std::map<std::pair<int, int>, std::vector<float>> contributions_;  // (from, chunk) to my part
   bool reduced_ = false;
   std::map<std::pair<int, int>, std::vector<float>> gathered_;  // (owner, chunk)

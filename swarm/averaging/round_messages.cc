@@ -84,7 +84,7 @@ nlohmann::json control_fields(const RoundMessage& m) {
       return j;
     case RoundOp::begin: {
       nlohmann::json members = nlohmann::json::array();
-      for (const auto& member : m.members) members.push_back({member.peer_id, member.address, member.weight});
+      for (const auto& member : m.members) members.push_back({member.peer_id, member.address});
       j["members"] = std::move(members);
       break;
     }
@@ -94,6 +94,7 @@ nlohmann::json control_fields(const RoundMessage& m) {
       j["chunk"] = m.chunk;
       j["from"] = m.from;
       j["hash"] = hex64(m.params_hash);
+      j["samples"] = m.samples;
       break;
     case RoundOp::done:
       j["hash"] = hex64(m.params_hash);
@@ -122,14 +123,12 @@ Status read_members(const nlohmann::json& j, const RoundMessageLimits& limits, R
     return invalid_argument("round message: 'members' must be 1 to {} entries", limits.max_members);
   }
   for (const auto& entry : *it) {
-    if (!entry.is_array() || entry.size() != 3 || !entry[0].is_string() || !entry[1].is_string() ||
-        !entry[2].is_number()) {
-      return invalid_argument("round message: each member must be [id, address, weight]");
+    if (!entry.is_array() || entry.size() != 2 || !entry[0].is_string() || !entry[1].is_string()) {
+      return invalid_argument("round message: each member must be [id, address]");
     }
-    RoundMember member{entry[0].get<std::string>(), entry[1].get<std::string>(), entry[2].get<double>()};
-    if (member.peer_id.empty() || member.peer_id.size() > limits.max_text || member.address.size() > limits.max_text ||
-        !std::isfinite(member.weight) || member.weight < 0) {
-      return invalid_argument("round message: a member with a bad id, address or weight");
+    RoundMember member{entry[0].get<std::string>(), entry[1].get<std::string>()};
+    if (member.peer_id.empty() || member.peer_id.size() > limits.max_text || member.address.size() > limits.max_text) {
+      return invalid_argument("round message: a member with a bad id or address");
     }
     if (!m->members.empty() && !(m->members.back().peer_id < member.peer_id)) {
       return invalid_argument("round message: members must be ordered by id, each once");
@@ -164,6 +163,7 @@ Status read_op_fields(const nlohmann::json& j, const RoundMessageLimits& limits,
       m->chunk = static_cast<int>(chunk);
       m->from = static_cast<int>(from);
       SWARM_ASSIGN_OR_RETURN(m->params_hash, hash_field(j, "hash"));
+      SWARM_ASSIGN_OR_RETURN(m->samples, integer(j, "samples", 0, INT64_MAX));
       return Status::ok();
     }
     case RoundOp::done: {

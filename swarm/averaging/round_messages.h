@@ -35,7 +35,6 @@ std::string_view round_op_name(RoundOp op);
 struct RoundMember {
   std::string peer_id;
   std::string address;
-  double weight = 0;  // samples its contribution counts for, set by the leader from its JOINs
   friend bool operator==(const RoundMember&, const RoundMember&) = default;
 };
 
@@ -68,8 +67,8 @@ struct RoundMessage {
   uint64_t group = 0;   // every op but join
   // join
   std::string address;  // the sender's control server
-  // join: samples accumulated toward the step; done: the samples its contribution
-  // holds; commit: the group's total
+  // join: samples accumulated toward the step; done, and a PART's contribution
+  // (phase 0): the samples the sender's contribution holds; commit: the group's total
   int64_t samples = 0;
   int64_t steps = 1;  // commit: the global steps the round counts for
   double samples_per_second = 0;

@@ -47,12 +47,14 @@ Status RoundsConfig::validate(double publish_period_seconds) const {
     return invalid_argument("records count as absent after {} s, under three of their {} s publication periods",
                             stale_seconds, publish_period_seconds);
   }
-  if (max_chunk_elements < 1 || max_members < 1 || max_early_values < 0) return invalid_argument("rounds: bad bounds");
+  if (max_chunk_elements < 1 || max_members < 1 || max_early_values < 0 || join_on_samples_seconds < 0) {
+    return invalid_argument("rounds: bad bounds");
+  }
   return Status::ok();
 }
 
 StageRounds::StageRounds(RoundsConfig config, RoundReplica* replica, RoundCodec codec, double now)
-    : config_(std::move(config)), replica_(replica), codec_(codec), started_at_(now) {}
+    : config_(std::move(config)), replica_(replica), codec_(codec), started_at_(now), born_at_(now) {}
 
 // ---- inputs ----
 
@@ -63,6 +65,12 @@ void StageRounds::observe(const std::vector<ProgressRecord>& records, double now
   // stopped while its stage went on): a peer that never committed waits a stale
   // period before it leads a group of one (seed 3844 of the harness's fuzzer).
   if (mode_ == Mode::serving && membership_.empty() && had_mates && view_.mates.empty()) started_at_ = now;
+  if (now - born_at_ <= voted_round_over_after()) {  // see earlier_life_settled
+    for (const auto& r : view_.mates) {
+      const bool in_round = r.state == ProgressRecord::State::averaging;
+      if (r.published_at > born_at_ && !in_round) out_of_round_since_born_.insert(r.peer_id);
+    }
+  }
   for (auto it = unreachable_.begin(); it != unreachable_.end();) {
     it = now - it->second > config_.stale_seconds ? unreachable_.erase(it) : std::next(it);
   }
@@ -156,16 +164,53 @@ bool StageRounds::check_behind(double now) {
 // that member's record is the stage's word even where no majority can vouch (a
 // stage of two). Only such an unsettled round: a record citing one this peer
 // committed itself could be a member's forgery.
+//
+// A process that has not voted yet may be a restart under its id, whose earlier
+// life voted (or committed) in any group that names it: it follows such a
+// record too, within a round's steps of its own (so a record far ahead, forged,
+// pulls no restarted peer), rather than vote at that step a second time.
 std::optional<VouchedState> StageRounds::committed_without_me(int64_t step) const {
   for (const auto& r : view_.mates) {
+    if (r.step <= step || r.address.empty()) continue;
     auto it = voted_groups_.find(r.committed_group);
-    if (it == voted_groups_.end() || r.step <= step || r.address.empty()) continue;
-    if (r.step - it->second < 1 || r.step - it->second > kMaxStepsPerRound) continue;
+    const bool voted_in_it = it != voted_groups_.end();
+    if (!voted_in_it && remembers_its_votes()) continue;
+    const int64_t from = voted_in_it ? it->second : step;
+    if (r.step - from < 1 || r.step - from > kMaxStepsPerRound) continue;
     if (!std::binary_search(r.committed_members.begin(), r.committed_members.end(), config_.peer_id)) continue;
     if (r.state == ProgressRecord::State::resyncing) continue;
     return VouchedState{r.step, r.params_hash, {r}, r.committed_members};
   }
   return std::nullopt;
+}
+
+// Whether this process remembers every vote its id cast since it started: it has voted or committed.
+bool StageRounds::remembers_its_votes() const { return counters_.rounds_committed > 0 || !voted_groups_.empty(); }
+
+// By then a round this peer voted DONE in can no longer commit: its leader's
+// deadline (two phase timeouts from a start before the vote) has passed.
+double StageRounds::voted_round_over_after() const {
+  return std::max(config_.phase_timeout_seconds + config_.stale_seconds, 2 * config_.phase_timeout_seconds);
+}
+
+// A process restarted under its id has forgotten the DONEs its earlier life
+// sent, yet counts as that id in the committed membership: voting at a step
+// where its earlier life voted, it could make two groups, each a majority only
+// with its vote, commit two lineages at one step. So it votes in no round until
+// every round that may hold such a DONE is over. Each began before this process
+// did, so it is over once its leader (a stage-mate in the view, or a member of
+// the committed membership) has published since then a record in no round, or
+// once its deadline has passed. One that committed names this peer in its
+// members' records, and this peer follows it (committed_without_me) instead of
+// voting at that step again. A first start costs nothing: its stage-mates'
+// records show them in no round within a publication or two. Once this process
+// has voted it remembers its votes, and the gate stays open.
+bool StageRounds::earlier_life_settled(double now) const {
+  if (remembers_its_votes() || now - born_at_ > voted_round_over_after()) return true;
+  auto seen = [&](const std::string& id) { return id == config_.peer_id || out_of_round_since_born_.count(id) != 0; };
+  const bool mates_seen = std::all_of(view_.mates.begin(), view_.mates.end(),
+                                      [&](const ProgressRecord& r) { return seen(r.peer_id); });
+  return mates_seen && std::all_of(membership_.begin(), membership_.end(), seen);
 }
 
 void StageRounds::resync_finished(bool loaded, double now) {
@@ -213,6 +258,7 @@ bool StageRounds::leader_never_begins(double now) const {
 }
 
 void StageRounds::tick_serving(double now) {
+  if (!earlier_life_settled(now)) return;
   const int64_t step = replica_->step();
   for (auto it = joiners_.begin(); it != joiners_.end();) {
     it = now - it->second.heard_at > config_.joiner_silent_seconds ? joiners_.erase(it) : std::next(it);
@@ -242,7 +288,12 @@ void StageRounds::tick_serving(double now) {
       leader_.clear();
       return;
     }
-    if (now - last_join_at_ >= config_.join_period_seconds) send_join(now);
+    const bool samples_changed = replica_->pending_samples() + (held_ ? held_->samples : 0) != last_join_samples_;
+    const double since = now - last_join_at_;
+    if (since >= config_.join_period_seconds ||
+        (samples_changed && config_.join_on_samples_seconds > 0 && since >= config_.join_on_samples_seconds)) {
+      send_join(now);
+    }
     return;
   }
   if (ready_to_begin(now)) begin_round(now);
@@ -256,6 +307,7 @@ void StageRounds::send_join(double now) {
   m.samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
   m.samples_per_second = rate_;
   m.params_hash = replica_->params_hash();
+  last_join_samples_ = m.samples;
   send(leader_, address, std::move(m));
   last_join_at_ = now;
   // Unanswered or refused, the JOIN comes back through delivery_failed; until then its leader counts as heard.
@@ -361,11 +413,10 @@ void StageRounds::begin_round(double now) {
   spec.group = make_group_id(spec.step, config_.peer_id, ++rounds_begun_ ^ std::bit_cast<uint64_t>(now));
   spec.me = config_.peer_id;
   spec.max_chunk_elements = config_.max_chunk_elements;
-  spec.members.push_back({config_.peer_id, config_.address, 0});  // its weight: what it takes
-  const double cap = static_cast<double>(kMaxStepsPerRound * config_.global_batch_samples);
+  spec.members.push_back({config_.peer_id, config_.address});
   const std::set<std::string> taken = round_joiners(now);
   for (const auto& [id, j] : joiners_) {
-    if (taken.count(id) != 0) spec.members.push_back({id, j.address, std::min(cap, double(j.samples))});
+    if (taken.count(id) != 0) spec.members.push_back({id, j.address});
   }
   std::sort(spec.members.begin(), spec.members.end(),
             [](const RoundMember& a, const RoundMember& b) { return a.peer_id < b.peer_id; });
@@ -396,18 +447,13 @@ Status StageRounds::enter_group(GroupSpec spec, double now) {
     }
     held_->samples += taken->samples;
   }
-  const double cap = static_cast<double>(kMaxStepsPerRound * config_.global_batch_samples);
-  for (auto& member : spec.members) {
-    if (member.peer_id == config_.peer_id && spec.leader == config_.peer_id) {
-      member.weight = std::min(cap, double(held_->samples));
-    }
-  }
+  spec.max_member_samples = kMaxStepsPerRound * config_.global_batch_samples;
   spec.params_hash = replica_->params_hash();
   group_ = std::make_unique<ActiveGroup>(std::move(spec), codec_);
   group_->started_at = now;
   last_round_at_ = now;
   group_->hash_before = replica_->params_hash();
-  SWARM_RETURN_IF_ERROR(group_->round.start(held_->mean));
+  SWARM_RETURN_IF_ERROR(group_->round.start(held_->mean, held_->samples));
   // Parts that came before the BEGIN, from this leader's round.
   std::vector<RoundMessage> early = std::exchange(early_parts_, {});
   early_values_ = 0;
@@ -563,8 +609,7 @@ void StageRounds::tick_group(double now) {
     }
     // Never before the leader's own deadline has passed (it started before this
     // member's DONE): until then the leader may still commit.
-    const double wait = std::max(config_.phase_timeout_seconds + config_.stale_seconds, 2 * config_.phase_timeout_seconds);
-    if (now - group_->done_at > wait) {
+    if (now - group_->done_at > voted_round_over_after()) {
       abort_group("no COMMIT, and no member's record shows the group committed", false, now);
     }
     return;
@@ -665,7 +710,9 @@ Status StageRounds::on_join(const RoundMessage& m, double now) {
     ++counters_.joins_refused;
     return s;
   };
-  if (mode_ != Mode::serving) return refuse(unavailable("{} is not serving", config_.peer_id));
+  if (mode_ != Mode::serving || !earlier_life_settled(now)) {
+    return refuse(unavailable("{} is not serving", config_.peer_id));
+  }
   if (m.step != step) return refuse(failed_precondition("{} is at step {}, the JOIN at {}", config_.peer_id, step, m.step));
   if (m.params_hash != replica_->params_hash()) {
     return refuse(failed_precondition("{} holds other parameters at step {}", config_.peer_id, step));
@@ -683,7 +730,7 @@ Status StageRounds::on_join(const RoundMessage& m, double now) {
 }
 
 Status StageRounds::on_begin(const RoundMessage& m, double now) {
-  if (mode_ != Mode::serving) return unavailable("{} is not serving", config_.peer_id);
+  if (mode_ != Mode::serving || !earlier_life_settled(now)) return unavailable("{} is not serving", config_.peer_id);
   if (m.step != replica_->step()) return failed_precondition("a BEGIN for step {} at step {}", m.step, replica_->step());
   if (m.leader != m.sender) return invalid_argument("a BEGIN from {} for {}'s round", m.sender, m.leader);
   if (m.sender != leader_) return failed_precondition("a BEGIN from {}; this peer follows {}", m.sender, leader_);
@@ -723,6 +770,13 @@ Status StageRounds::on_begin(const RoundMessage& m, double now) {
   return Status::ok();
 }
 
+namespace {
+// What an early part held counts against its sender's share: its values and a
+// fixed overhead (the message around them).
+constexpr int64_t kEarlyPartOverheadValues = 256;
+int64_t early_part_cost(const RoundMessage& m) { return static_cast<int64_t>(m.values.size()) + kEarlyPartOverheadValues; }
+}  // namespace
+
 Status StageRounds::on_part(const RoundMessage& m, double now) {
   if (group_ && group_->round.spec().group == m.group) {
     Status s = group_->round.receive(m);
@@ -743,31 +797,35 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
     ++counters_.refused_no_begin;
     return failed_precondition("no BEGIN for group {:016x} here", m.group);
   }
-  // Held per sender, its newest group only, within its share of the bound: a
-  // member sending junk that claims the leader's round (other groups, or many
-  // parts) evicts and crowds out its own parts, never another member's, whose
-  // loss would stall the real round until its deadline.
-  int64_t sender_values = 0, sender_parts = 0;
-  for (auto it = early_parts_.begin(); it != early_parts_.end();) {
+  // Held per sender within its share of the bound, its oldest evicted first: a
+  // member sending junk that claims the leader's round crowds out its own parts,
+  // never another member's, whose loss would stall the real round until its
+  // deadline; and to evict its own real part (sent just before the BEGIN) it
+  // must send a whole share within those milliseconds, not a few junk parts.
+  // A part costs its values and a fixed overhead, so tiny parts bound memory too.
+  const int64_t share = config_.max_early_values / std::max<int64_t>(1, static_cast<int64_t>(view_.mates.size()));
+  const int64_t cost = early_part_cost(m);
+  if (cost > share) {
+    ++counters_.refused_full;
+    return resource_exhausted("an early part of {} values; {} may hold {}", m.values.size(), m.sender, share);
+  }
+  int64_t sender_cost = cost;
+  for (const auto& held : early_parts_) sender_cost += held.sender == m.sender ? early_part_cost(held) : 0;
+  for (auto it = early_parts_.begin(); it != early_parts_.end() && sender_cost > share;) {
     if (it->sender != m.sender) {
       ++it;
-    } else if (it->group != m.group) {  // a newer round of the same leader
-      early_values_ -= static_cast<int64_t>(it->values.size());
-      it = early_parts_.erase(it);
-    } else {
-      sender_values += static_cast<int64_t>(it->values.size());
-      ++sender_parts;
-      ++it;
+      continue;
     }
-  }
-  const int64_t share = config_.max_early_values / std::max<int64_t>(1, static_cast<int64_t>(view_.mates.size()));
-  const int64_t values = static_cast<int64_t>(m.values.size());
-  if (values > share - sender_values || values > config_.max_early_values - early_values_ ||
-      sender_parts > share / config_.max_chunk_elements) {
+    sender_cost -= early_part_cost(*it);
+    early_values_ -= early_part_cost(*it);
     ++counters_.refused_full;
-    return resource_exhausted("early parts held: {} values, {} of them from {}", early_values_, sender_values, m.sender);
+    it = early_parts_.erase(it);
   }
-  early_values_ += values;
+  if (cost > config_.max_early_values - early_values_) {
+    ++counters_.refused_full;
+    return resource_exhausted("early parts held: {} values' worth", early_values_);
+  }
+  early_values_ += cost;
   early_parts_.push_back(m);
   return Status::ok();
 }
@@ -833,7 +891,7 @@ ProgressRecord StageRounds::progress(double now) const {
   r.params_hash = replica_->params_hash();
   r.recent_hashes = replica_->recent_hashes();
   r.state = mode_ == Mode::resyncing ? ProgressRecord::State::resyncing
-            : mode_ == Mode::looking ? ProgressRecord::State::looking
+            : mode_ == Mode::looking || !earlier_life_settled(now) ? ProgressRecord::State::looking
             : group_                 ? ProgressRecord::State::averaging
                                      : ProgressRecord::State::serving;
   r.stage_mates_seen = static_cast<int>(view_.mates.size());

@@ -68,12 +68,18 @@ struct RoundsConfig {
   bool start_on_estimated_arrival = true;
   double stale_seconds = 5.0;          // a record older than this is absent
   double join_period_seconds = 0.2;    // a member re-JOINs its leader this often
+  // and sooner, this long after its last JOIN, once its samples changed (0: never
+  // sooner): a leader that hears of samples only every join period begins its
+  // round late, and the samples that came meanwhile make a round of several
+  // global batches, one optimizer step where one peer would have taken several.
+  double join_on_samples_seconds = 0.01;
   double joiner_silent_seconds = 1.5;  // a leader forgets a joiner silent this long
   double phase_timeout_seconds = 5.0;  // a group's wait for its parts, and the leader's for DONE
   double look_seconds = 1.0;           // a starting peer reads the stage this long before it trusts its view
   int64_t max_chunk_elements = 1 << 18;
   int max_members = 256;
-  // Early parts held (values, all senders): from this peer's leader, before its BEGIN arrives.
+  // Early parts held (their values and a fixed overhead per part, all senders): from
+  // this peer's leader, before its BEGIN arrives.
   int64_t max_early_values = int64_t{1} << 22;
 
   // The timings checked against each other: a leader must not forget a member
@@ -185,6 +191,9 @@ class StageRounds {
   bool leader_never_begins(double now) const;
   std::set<std::string> round_joiners(double now) const;
   std::optional<VouchedState> committed_without_me(int64_t step) const;
+  bool remembers_its_votes() const;
+  bool earlier_life_settled(double now) const;
+  double voted_round_over_after() const;
   void tick_group(double now);
   void tick_serving(double now);
   bool check_behind(double now);
@@ -223,6 +232,7 @@ class StageRounds {
 
   std::string leader_;
   double last_join_at_ = -1e18;
+  int64_t last_join_samples_ = -1;
   std::map<std::string, double> unreachable_;  // peer -> when a message to it failed
   std::map<std::string, Joiner> joiners_;      // as leader, at this step
   std::map<std::string, Bench> bench_;         // peers kept out of rounds for a while
@@ -233,8 +243,11 @@ class StageRounds {
   std::unique_ptr<ActiveGroup> group_;
   std::optional<RoundReplica::Taken> held_;  // taken for this step, not stepped yet
   std::vector<RoundMessage> early_parts_;
-  int64_t early_values_ = 0;
+  int64_t early_values_ = 0;  // their cost: values and a fixed overhead per part
   std::map<uint64_t, int64_t> voted_groups_;  // groups this peer reported DONE in, and their step
+  // A process restarted under its id has forgotten the DONEs it sent: see earlier_life_settled.
+  const double born_at_;
+  std::set<std::string> out_of_round_since_born_;  // mates whose record since born_at_ showed them in no round
   std::deque<uint64_t> finished_groups_;  // aborted or committed lately: their parts are refused
 
   std::vector<Outgoing> outbox_;

@@ -12,9 +12,7 @@
 //   - a flood of valid-looking forward requests.
 // Each peer must keep serving the honest trainer (which finishes with no microbatch
 // abandoned and its loss falling), stay under an RSS bound, and count each attack.
-#include <poll.h>
 #include <signal.h>
-#include <sys/inotify.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,7 +23,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <regex>
@@ -46,6 +43,7 @@
 #include "swarm/registry/dht_registry.h"
 #include "swarm/security/identity.h"
 #include "swarm/security/record_seal.h"
+#include "tests/apps/hostile_member.h"
 #include "tests/apps/swarm_process.h"
 #include "transports/zmq/zmq_transport.h"
 
@@ -54,128 +52,21 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using namespace test_apps;  // spawn, read_all, temp_dir
+using namespace test_apps;  // spawn, wait_for, read_all, rss_kib, temp_dir
+using hostile::Attacker;
+using hostile::LivePeer;
+using hostile::must;
+using hostile::refusals_of;
 
 constexpr const char* kSecret = "hostile swarm test secret";
 constexpr int64_t kRssBoundKib = 256 * 1024;  // per peer process: 24-98 MiB measured under these attacks
 constexpr int kSeqLen = 32;
-
-// Waits until the file matches `pattern` (returns the first match's group 1) or the
-// deadline passes, woken by inotify whenever a file in its folder is written.
-std::string wait_for(const fs::path& file, const std::string& pattern, std::chrono::seconds within) {
-  const std::regex re(pattern);
-  const auto deadline = std::chrono::steady_clock::now() + within;
-  const int notify = ::inotify_init1(IN_CLOEXEC);
-  REQUIRE(notify >= 0);
-  // The folder, not the file: the child may not have created its log yet.
-  REQUIRE(::inotify_add_watch(notify, file.parent_path().c_str(), IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE) >= 0);
-  std::string found;
-  while (found.empty()) {
-    std::smatch m;
-    const std::string text = read_all(file);
-    if (std::regex_search(text, m, re)) {
-      found = m.size() > 1 ? m[1].str() : m[0].str();
-      break;
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd written{notify, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&written, 1, static_cast<int>(left.count())) <= 0) break;
-    char events[4096];
-    (void)::read(notify, events, sizeof events);
-  }
-  ::close(notify);
-  if (found.empty()) FAIL("no match for '" << pattern << "' in " << file << ":\n" << read_all(file));
-  return found;
-}
-
-int64_t rss_kib(pid_t pid) {
-  std::ifstream status(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
-  }
-  return -1;
-}
-
-struct LivePeer {
-  std::string id;
-  int stage = 0;
-  std::string compute;  // trainers' requests
-  std::string control;  // all-reduce parts and state requests
-};
-
-// The attacker: a member with its own identity, its own DHT node, CURVE clients.
-struct Attacker {
-  security::SwarmCredentials credentials;
-  std::string id;
-  DhtRegistry registry;
-  ClientCache<ZmqTransport> clients;
-
-  static Attacker join(uint16_t bootstrap_port) {
-    auto credentials = security::join_swarm(kSecret);
-    REQUIRE(credentials.is_ok());
-    auto id = security::peer_id_bound_to("mallory", credentials->self);
-    REQUIRE(id.is_ok());
-    DhtRegistryOptions options;
-    options.sealer = security::make_record_sealer(*credentials);
-    options.per_address_rate_limit = false;
-    auto registry = DhtRegistry::start(0, {fmt::format("127.0.0.1:{}", bootstrap_port)}, options);
-    REQUIRE(registry.is_ok());
-    ClientOptions client;
-    client.security = credentials->client_options();
-    return Attacker{*credentials, *id, std::move(registry).value(), ClientCache<ZmqTransport>(client)};
-  }
-
-  // The reply to one request; the test only needs to know it was answered, and how.
-  Result<wire::Frames> call(const std::string& address, wire::Frames frames) {
-    auto client = clients.get(address);
-    if (client == nullptr) return unavailable("cannot connect to {}", address);
-    return client->call(std::move(frames), Clock::now() + 5s).get();
-  }
-
-  Status announce(const std::string& key, const std::string& value) {
-    return registry.announce(key, id, value, registry.now() + 60);
-  }
-
-  // Per peer id: where it serves, from the stage and progress records.
-  std::map<std::string, LivePeer> find_peers(int stages) {
-    std::map<std::string, LivePeer> peers;
-    for (int s = 0; s < stages; ++s) {
-      if (auto records = registry.get(stage_registry_key(s)); records.is_ok()) {
-        for (const auto& r : *records) {
-          auto a = PeerAnnouncementRecord::from_json(r.value);
-          if (a.is_ok() && a->peer_id != id) peers[a->peer_id] = {a->peer_id, s, a->address, peers[a->peer_id].control};
-        }
-      }
-      if (auto records = registry.get(progress_registry_key(s)); records.is_ok()) {
-        for (const auto& r : *records) {
-          auto p = ProgressRecord::from_json(r.value);
-          if (p.is_ok() && p->peer_id != id) peers[p->peer_id].control = p->address;
-        }
-      }
-    }
-    std::erase_if(peers, [](const auto& e) { return e.second.compute.empty() || e.second.control.empty(); });
-    return peers;
-  }
-};
-
-wire::Frames must(Result<wire::Frames> frames) {
-  REQUIRE_MESSAGE(frames.is_ok(), frames.status().to_string());
-  return std::move(frames).value();
-}
+constexpr double kRecordTtl = 60;  // seconds the attacker's records live
 
 bool is_error_reply(const Result<wire::Frames>& reply) {
   if (!reply.is_ok()) return false;
   auto decoded = wire::decode_message(reply->views(), wire::Limits{});
   return decoded.is_ok() && decoded->header.kind == wire::MessageKind::error;
-}
-
-protocol::RefusalCounts refusals_of(Attacker& attacker, const LivePeer& peer) {
-  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage)));
-  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
-  auto info = protocol::parse_peer_info(*reply, wire::Limits{});
-  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
-  return info->refusals;
 }
 
 // Until every peer's bad_records counter passes its value in `since`: each check is a
@@ -249,9 +140,11 @@ int oversized_batch(Attacker& a, const LivePeer& stage0) {
 ProgressRecord hostile_records(Attacker& a, int stage, const std::string& junk_donor) {
   const double now = a.registry.now();
   // In stage 0's key, so it stays beside the fake stage-1 peer announced later.
-  REQUIRE(a.announce(stage_registry_key(0), fmt::format(R"({{"peer": "{}", "address": 7, "stage": "one"}})", a.id)).is_ok());
+  REQUIRE(a.announce(stage_registry_key(0), fmt::format(R"({{"peer": "{}", "address": 7, "stage": "one"}})", a.id),
+                     kRecordTtl)
+              .is_ok());
   REQUIRE(a.announce(progress_registry_key(1 - stage),
-                     fmt::format(R"({{"peer": "{}", "address": [], "step": "ten", "samples": -1}})", a.id))
+                     fmt::format(R"({{"peer": "{}", "address": [], "step": "ten", "samples": -1}})", a.id), kRecordTtl)
               .is_ok());
   ProgressRecord ahead;
   ahead.peer_id = a.id;
@@ -261,7 +154,7 @@ ProgressRecord hostile_records(Attacker& a, int stage, const std::string& junk_d
   ahead.params_hash = 0xbad;
   ahead.published_at = now;
   ahead.stage_mates_seen = 1;
-  REQUIRE(a.announce(progress_registry_key(stage), ahead.to_json()).is_ok());
+  REQUIRE(a.announce(progress_registry_key(stage), ahead.to_json(), kRecordTtl).is_ok());
   return ahead;
 }
 
@@ -271,7 +164,7 @@ void future_record(Attacker& a, int stage) {
   future.stage = stage;
   future.address = "tcp://127.0.0.1:9";
   future.published_at = a.registry.now() + 1e6;
-  REQUIRE(a.announce(progress_registry_key(stage), future.to_json()).is_ok());
+  REQUIRE(a.announce(progress_registry_key(stage), future.to_json(), kRecordTtl).is_ok());
 }
 
 // Answers everything wrongly: stage replies of the wrong dtype or shape, junk state.
@@ -356,7 +249,7 @@ TEST_CASE("a member's every attack is refused and counted while the swarm trains
   // wait_for watches the folder, so it must exist before the trainer writes there.
   wait_for(dir / "run" / "metrics.jsonl", R"("kind":"step",.*"step":5,)", 90s);
 
-  Attacker attacker = Attacker::join(port);
+  Attacker attacker = Attacker::join(port, kSecret);
   REQUIRE(attacker.registry.wait_connected(10s).is_ok());
   std::map<std::string, LivePeer> peers;
   const auto found_by = Clock::now() + 20s;
@@ -382,7 +275,7 @@ TEST_CASE("a member's every attack is refused and counted while the swarm trains
     std::unique_lock lock(forger_mu);
     do {
       ahead.published_at = attacker.registry.now();
-      (void)attacker.announce(progress_registry_key(0), ahead.to_json());
+      (void)attacker.announce(progress_registry_key(0), ahead.to_json(), kRecordTtl);
     } while (!forger_cv.wait_for(lock, 500ms, [&] { return trained; }));  // twice a second, like a peer
   });
   // A fake stage-1 peer that claims to be very fast, so the trainer's router tries it.
@@ -392,7 +285,7 @@ TEST_CASE("a member's every attack is refused and counted while the swarm trains
   MESSAGE("flood: " << answered << " of 400 valid-looking forwards answered");
   {
     // Stage records and progress records share the attacker's one subkey per key.
-    REQUIRE(attacker.announce(stage_registry_key(1), fake.to_json()).is_ok());
+    REQUIRE(attacker.announce(stage_registry_key(1), fake.to_json(), kRecordTtl).is_ok());
   }
   // Stage 1's peers have refused the record with wrong types before it is replaced by
   // one from the future, which they must refuse too.

@@ -3,10 +3,7 @@
 // drives them. One peer SIGKILLs itself in the middle of an all-reduce (the
 // --test-die-in-allreduce hook); the other two finish that round without it and
 // keep bit-identical parameters at every step, as the trainer's metrics.jsonl shows.
-#include <poll.h>
-#include <sys/inotify.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,7 +11,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -28,70 +24,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using namespace swarm::test_apps;  // spawn, read_all, read_metrics, temp_dir
-
-// The first match of `pattern` in `file`, waiting (inotify, with a deadline) for it to be written.
-std::string wait_for(const fs::path& file, const std::string& pattern, std::chrono::seconds within) {
-  const std::regex re(pattern);
-  const auto deadline = std::chrono::steady_clock::now() + within;
-  const int notify = ::inotify_init1(IN_CLOEXEC);
-  REQUIRE(notify >= 0);
-  // The folder, not the file: the child may not have created its log yet.
-  REQUIRE(::inotify_add_watch(notify, file.parent_path().c_str(), IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE) >= 0);
-  std::string found;
-  while (found.empty()) {
-    std::smatch m;
-    const std::string text = read_all(file);
-    if (std::regex_search(text, m, re)) {
-      found = m.size() > 1 ? m[1].str() : m[0].str();
-      break;
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd written{notify, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&written, 1, static_cast<int>(left.count())) <= 0) break;
-    char events[4096];
-    (void)::read(notify, events, sizeof events);
-  }
-  ::close(notify);
-  if (found.empty()) FAIL("no match for '" << pattern << "' in " << file << ":\n" << read_all(file));
-  return found;
-}
+using namespace swarm::test_apps;  // spawn, wait_for, read_all, read_metrics, temp_dir
 
 TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay identical at every step") {
   const fs::path dir = temp_dir("sync-processes");
   fs::create_directories(dir);
 
-  // The bootstrap node prints its port on stdout: read it through a pipe, waiting
-  // with poll() until the line arrives or the deadline passes.
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  const pid_t bootstrap = ::fork();
-  REQUIRE(bootstrap >= 0);
-  if (bootstrap == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::dup2(out[1], 1);
-    ::close(out[0]);
-    ::execl("apps/swarm", "apps/swarm", "bootstrap", "--port", "0", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
-  std::string text, port;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (port.empty()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    pollfd readable{out[0], POLLIN, 0};
-    if (::poll(&readable, 1, static_cast<int>(left.count())) <= 0) break;
-    char buffer[256];
-    const ssize_t got = ::read(out[0], buffer, sizeof(buffer));
-    if (got <= 0) break;
-    text.append(buffer, static_cast<size_t>(got));
-    const auto at = text.find("127.0.0.1:");
-    if (at != std::string::npos && text.find('\n', at) != std::string::npos) {
-      port = text.substr(at + 10, text.find('\n', at) - at - 10);
-    }
-  }
-  REQUIRE_MESSAGE(!port.empty(), text);
+  const pid_t bootstrap = spawn({"bootstrap", "--port", "0"}, dir / "boot.log");
+  const std::string port = wait_for(dir / "boot.log", R"(listening on 127\.0\.0\.1:(\d+))", 20s);
 
   const std::vector<std::string> model = {"--d-model", "32", "--layers", "2", "--heads", "2", "--seq-len", "32"};
   std::map<std::string, pid_t> peers;

@@ -10,20 +10,31 @@
 //   for (const auto& step : of_kind(run, "step")) ...
 //
 //   const pid_t peer = spawn({"peer", "--stage", "0", ...}, dir / "peer.log");
+//   const std::string port = wait_for(dir / "boot.log", R"(listening on 127\.0\.0\.1:(\d+))", 20s);
+//
+// Nothing here sleeps and hopes: a test waits for something it can observe (a line
+// in a log, a record in metrics.jsonl, a value the DHT returns), with a deadline.
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -117,6 +128,61 @@ inline pid_t spawn(const std::vector<std::string>& args, const std::filesystem::
     ::_exit(127);
   }
   return pid;
+}
+
+// Waits until `done()` holds or `within` has passed, and says whether it held. It
+// checks at once, then whenever a file in `folder` is created or written (inotify:
+// a log line, a metrics record), and, for a condition that no write there shows
+// (what the DHT or a peer's info reply says), also every `recheck`. `folder` must
+// exist; watching it rather than a file covers a file not created yet.
+inline bool wait_until(const std::filesystem::path& folder, std::chrono::milliseconds within,
+                       const std::function<bool()>& done,
+                       std::chrono::milliseconds recheck = std::chrono::milliseconds::max()) {
+  using Steady = std::chrono::steady_clock;
+  const auto deadline = Steady::now() + within;
+  const int notify = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  REQUIRE(notify >= 0);
+  REQUIRE_MESSAGE(::inotify_add_watch(notify, folder.c_str(), IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE) >= 0, folder);
+  bool held = false;
+  while (!(held = done())) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
+    if (left.count() <= 0) break;
+    pollfd written{notify, POLLIN, 0};
+    const int timeout = static_cast<int>(std::min<int64_t>({left.count(), recheck.count(), INT32_MAX}));
+    if (::poll(&written, 1, timeout) < 0) break;
+    char events[4096];
+    while (::read(notify, events, sizeof events) > 0) {
+    }
+  }
+  ::close(notify);
+  return held;
+}
+
+// Waits until `file` matches `pattern` and returns the first match's group 1 (the
+// whole match if it has no group); fails the test at the deadline, showing the file.
+inline std::string wait_for(const std::filesystem::path& file, const std::string& pattern,
+                            std::chrono::milliseconds within) {
+  const std::regex re(pattern);
+  std::string found;
+  const bool matched = wait_until(file.parent_path(), within, [&] {
+    std::smatch m;
+    const std::string text = read_all(file);
+    if (!std::regex_search(text, m, re)) return false;
+    found = m.size() > 1 ? m[1].str() : m[0].str();
+    return true;
+  });
+  if (!matched) FAIL("no match for '" << pattern << "' in " << file << ":\n" << read_all(file));
+  return found;
+}
+
+// The process's resident set in KiB, from /proc; -1 when it cannot be read.
+inline int64_t rss_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
 }
 
 }  // namespace swarm::test_apps

@@ -4,7 +4,6 @@
 // malformed or unreachable bootstrap is a clear error and exit status 1.
 #include <poll.h>
 #include <signal.h>
-#include <sys/inotify.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,35 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using namespace swarm::test_apps;  // spawn, run_command, read_all, temp_dir
+using namespace swarm::test_apps;  // spawn, wait_for, run_command, read_all, temp_dir
 using Clock = std::chrono::steady_clock;
-
-// Waits until the file matches `pattern` (returns the first match's group 1) or the
-// deadline passes, woken by inotify whenever a file in its folder is written.
-std::string wait_for(const fs::path& file, const std::string& pattern, std::chrono::seconds within) {
-  const std::regex re(pattern);
-  const auto deadline = Clock::now() + within;
-  const int notify = ::inotify_init1(IN_CLOEXEC);
-  REQUIRE(notify >= 0);
-  REQUIRE(::inotify_add_watch(notify, file.parent_path().c_str(), IN_CREATE | IN_MODIFY | IN_CLOSE_WRITE) >= 0);
-  std::string found;
-  while (true) {
-    std::smatch m;
-    const std::string text = read_all(file);
-    if (std::regex_search(text, m, re)) {
-      found = m.size() > 1 ? m[1].str() : m[0].str();
-      break;
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    pollfd written{notify, POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&written, 1, static_cast<int>(left.count())) <= 0) break;
-    char events[4096];
-    if (::read(notify, events, sizeof events) < 0) break;
-  }
-  ::close(notify);
-  if (found.empty()) FAIL("no match for '" << pattern << "' in " << file << ":\n" << read_all(file));
-  return found;
-}
 
 // Waits up to `within` for the child to exit; SIGKILLs it after that. Its wait status, or -1.
 int wait_exit(pid_t pid, std::chrono::seconds within) {
