@@ -349,7 +349,25 @@ std::set<std::string> StageRounds::round_joiners(double now) const {
   return is_majority(group, present) ? unbenched : all;
 }
 
+// Held for a stage-mate that re-syncs: while the stage holds still its donors
+// hand over the very state the records vouch for, and the newcomer JOINs this
+// step. Bounded, and once per ten hold periods per mate, so a member that only
+// claims to re-sync costs the stage at most a tenth of its time.
+bool StageRounds::holding_for_resync(double now) {
+  const double hold = config_.resync_hold_seconds;
+  std::erase_if(resync_holds_, [&](const auto& entry) { return now - entry.second > 10 * hold; });
+  bool holding = false;
+  for (const auto& r : view_.mates) {
+    if (hold <= 0 || r.state != ProgressRecord::State::resyncing) continue;
+    if (unreachable_.count(r.peer_id) != 0 || benched(r.peer_id, now)) continue;
+    const auto [it, first] = resync_holds_.try_emplace(r.peer_id, now);
+    holding = holding || now - it->second < hold;
+  }
+  return holding;
+}
+
 bool StageRounds::ready_to_begin(double now) {
+  if (holding_for_resync(now)) return false;
   const std::set<std::string> taken = round_joiners(now);
   std::set<std::string> group{config_.peer_id};
   std::set<std::string> heard;

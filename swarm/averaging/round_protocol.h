@@ -76,6 +76,10 @@ struct RoundsConfig {
   double joiner_silent_seconds = 1.5;  // a leader forgets a joiner silent this long
   double phase_timeout_seconds = 5.0;  // a group's wait for its parts, and the leader's for DONE
   double look_seconds = 1.0;           // a starting peer reads the stage this long before it trusts its view
+  // A leader holds its round this long for a stage-mate it sees re-syncing, once per
+  // ten such periods per mate (0: never): a stage that steps faster than a download
+  // would otherwise leave a newcomer one download behind every time.
+  double resync_hold_seconds = 1.0;
   int64_t max_chunk_elements = 1 << 18;
   int max_members = 256;
   // Early parts held (their values and a fixed overhead per part, all senders): from
@@ -198,6 +202,7 @@ class StageRounds {
   void tick_serving(double now);
   bool check_behind(double now);
   bool ready_to_begin(double now);
+  bool holding_for_resync(double now);
   void begin_round(double now);
   Status enter_group(GroupSpec spec, double now);
   void send_join(double now);
@@ -236,6 +241,7 @@ class StageRounds {
   std::map<std::string, double> unreachable_;  // peer -> when a message to it failed
   std::map<std::string, Joiner> joiners_;      // as leader, at this step
   std::map<std::string, Bench> bench_;         // peers kept out of rounds for a while
+  std::map<std::string, double> resync_holds_;  // as leader: mate -> when it last held a round for it
   double following_since_ = 0;                 // when this peer chose its current leader
   double last_round_at_ = 0;                   // when a round it was in last began or ended
   uint64_t rounds_begun_ = 0;

@@ -21,7 +21,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -231,34 +230,6 @@ class Counter {
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t n_ = 0;
-};
-
-// Runs `body` on its own thread until stop() (at most once a `period`).
-class Repeating {
- public:
-  Repeating(std::chrono::milliseconds period, std::function<void()> body) : thread_([this, period, body] {
-      std::unique_lock lock(mu_);
-      do {
-        lock.unlock();
-        body();
-        lock.lock();
-      } while (!cv_.wait_for(lock, period, [&] { return stopped_; }));
-    }) {}
-  ~Repeating() { stop(); }
-  void stop() {
-    {
-      std::lock_guard lock(mu_);
-      stopped_ = true;
-    }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopped_ = false;
-  std::thread thread_;
 };
 
 // What the attacker knows of the stage (from its records): the step, the leader.

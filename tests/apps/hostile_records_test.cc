@@ -20,6 +20,7 @@
 
 #include <doctest/doctest.h>
 
+#include "swarm/peer/periodic_task.h"
 #include "tests/apps/hostile_rounds_fixture.h"
 
 namespace swarm {
@@ -59,7 +60,8 @@ TEST_CASE("a forged progress record at step 2^40 cannot freeze its stage") {
   std::atomic<int64_t> announced{0};
   Window during;
   {
-    Repeating forger(500ms, [&] {  // twice a second, like a peer
+    PeriodicTask forger;
+    forger.start(0.5, [&] {  // twice a second, like a peer
       forged.published_at = attacker.registry.now();
       if (attacker.announce(progress_registry_key(0), forged.to_json(), 5).is_ok()) ++announced;
     });
@@ -110,7 +112,8 @@ TEST_CASE("a forged progress record at the stage's own step and hash, under a lo
   Window during;
   {
     // A copy of the stage's newest record, re-announced as the stage moves.
-    Repeating forger(100ms, [&] {
+    PeriodicTask forger;
+    forger.start(0.1, [&] {
       auto records = attacker.progress_of(0, run.stage0);
       if (records.empty()) return;
       ProgressRecord forged = std::max_element(records.begin(), records.end(), [](const auto& a, const auto& b) {
