@@ -204,6 +204,13 @@ struct MalloryServer {
 struct Tally {
   int64_t sent = 0, refused = 0, accepted = 0, unanswered = 0, unencodable = 0;
   std::string last_refusal, last_other;
+
+  // One message sent and how it was answered.
+  void count(const Reply& reply) {
+    ++sent;
+    (reply.error ? refused : reply.answered ? accepted : unanswered) += 1;
+    (reply.error ? last_refusal : last_other) = reply.text;
+  }
 };
 
 // A count an attacker thread raises and the test waits on, with a deadline: "the

@@ -11,11 +11,9 @@
 //     where members hold parts that come before their BEGIN.
 // The stage's rate before, during and after, its replicas' agreement and the run's
 // final loss against a clean run's judge each.
-#include <atomic>
 #include <map>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,6 +21,7 @@
 #include <doctest/doctest.h>
 
 #include "swarm/compression/codecs.h"
+#include "swarm/peer/periodic_task.h"
 #include "tests/apps/hostile_rounds_fixture.h"
 #include "tests/apps/round_junk.h"
 
@@ -58,44 +57,32 @@ TEST_CASE("junk round messages from a member cannot freeze its stage") {
   JunkMaker maker(attacker.id, {targets[0].id, targets[1].id}, 20240611);
   std::map<std::string, Tally> tally;  // by kind
   Counter answered;
-  std::atomic<bool> attacking{true};
-  std::thread stream([&] {
-    StageNow now;
-    auto read_at = Clock::now() - 1s;
-    for (size_t i = 0; attacking.load(); ++i) {
-      if (Clock::now() - read_at > 200ms) {
-        read_at = Clock::now();
-        if (StageNow read = stage_now(attacker, run.stage0); read.step >= 0) now = read;
-      }
-      const LivePeer& target = targets[i % targets.size()];
-      Junk junk = maker.next(target.id, now);
-      Tally& t = tally[junk.kind];
-      if (junk.frames.parts.empty()) {
-        ++t.unencodable;
-        continue;
-      }
-      ++t.sent;
-      const Reply reply = reply_of(attacker.call(target.control, std::move(junk.frames)));
-      if (!reply.answered) {
-        ++t.unanswered;
-        t.last_other = reply.text;
-      } else if (reply.error) {
-        ++t.refused;
-        t.last_refusal = reply.text;
-      } else {
-        ++t.accepted;
-        t.last_other = reply.text;
-      }
-      if (reply.answered) answered.add();
-      // The attack's pace, not a wait: a steady stream, some 200 a second.
-      std::this_thread::sleep_for(4ms);
+  // The attack's pace: a steady stream, some 200 a second.
+  StageNow now;
+  auto read_at = Clock::now() - 1s;
+  size_t ticks = 0;
+  PeriodicTask stream;
+  stream.start(0.004, [&] {
+    const size_t i = ticks++;
+    if (Clock::now() - read_at > 200ms) {
+      read_at = Clock::now();
+      if (StageNow read = stage_now(attacker, run.stage0); read.step >= 0) now = read;
     }
+    const LivePeer& target = targets[i % targets.size()];
+    Junk junk = maker.next(target.id, now);
+    Tally& t = tally[junk.kind];
+    if (junk.frames.parts.empty()) {
+      ++t.unencodable;
+      return;
+    }
+    const Reply reply = reply_of(attacker.call(target.control, std::move(junk.frames)));
+    t.count(reply);
+    if (reply.answered) answered.add();
   });
   // The attack has landed once the peers have answered every kind of junk, twice.
   REQUIRE_MESSAGE(answered.wait_for_at_least(2 * kJunkKinds, 10s), "the peers answered " << answered.value());
   const Window during = run.measure("during");
-  attacking = false;
-  stream.join();
+  stream.stop();
   const Window after = run.measure("after");
 
   int64_t sent = 0, refused = 0;
@@ -145,39 +132,32 @@ TEST_CASE("a member that JOINs with the stage's own step and hash, then sends no
 
   std::map<std::string, Tally> tally;  // by attacker id
   Counter answered;
-  std::atomic<bool> attacking{true};
-  std::thread joiner([&] {
-    while (attacking.load()) {
-      for (const auto& [id, r] : attacker.progress_of(0, run.stage0)) {
-        for (const auto& name : names) {
-          RoundMessage m;
-          m.op = RoundOp::join;
-          m.stage = 0;
-          m.step = r.step;
-          m.sender = name;
-          m.address = hole.server->address();
-          m.samples = 16;
-          m.samples_per_second = 100;
-          m.params_hash = r.params_hash;
-          auto frames = encode_round_message(m, codec);
-          if (!frames.is_ok()) continue;
-          Tally& t = tally[name];
-          ++t.sent;
-          const Reply reply = reply_of(attacker.call(r.address, std::move(frames).value()));
-          (reply.error ? t.refused : reply.answered ? t.accepted : t.unanswered) += 1;
-          (reply.error ? t.last_refusal : t.last_other) = reply.text;
-          if (reply.answered && !reply.error) answered.add();
-        }
+  // The attack's pace: JOINs some 20 times a second, as a member re-JOINs.
+  PeriodicTask joiner;
+  joiner.start(0.05, [&] {
+    for (const auto& [id, r] : attacker.progress_of(0, run.stage0)) {
+      for (const auto& name : names) {
+        RoundMessage m;
+        m.op = RoundOp::join;
+        m.stage = 0;
+        m.step = r.step;
+        m.sender = name;
+        m.address = hole.server->address();
+        m.samples = 16;
+        m.samples_per_second = 100;
+        m.params_hash = r.params_hash;
+        auto frames = encode_round_message(m, codec);
+        if (!frames.is_ok()) continue;
+        const Reply reply = reply_of(attacker.call(r.address, std::move(frames).value()));
+        tally[name].count(reply);
+        if (reply.answered && !reply.error) answered.add();
       }
-      // The attack's pace, not a wait: JOINs some 20 times a second, as a member re-JOINs.
-      std::this_thread::sleep_for(50ms);
     }
   });
   // The attack has landed once a peer took the silent member's JOIN (answered it ok).
   REQUIRE_MESSAGE(answered.wait_for_at_least(1, 10s), "no peer took the member's JOIN");
   const Window during = run.measure("during");
-  attacking = false;
-  joiner.join();
+  joiner.stop();
   // The window after begins once the stage has stepped without the member (its last
   // JOIN may hold a round up to the part deadline).
   const auto stopped = Clock::now();
@@ -211,47 +191,43 @@ TEST_CASE("a flood of parts in the leader's name at the current step cannot free
   // stage is at: a member waiting for its leader's BEGIN holds such a part.
   Tally tally;
   Counter held;
-  std::atomic<bool> attacking{true};
-  std::thread flood([&] {
-    std::mt19937_64 rng(7);
-    StageNow now;
-    now.step = -1;
-    auto read_at = Clock::now() - 1s;
-    for (size_t i = 0; attacking.load(); ++i) {
-      if (Clock::now() - read_at > 100ms) {
-        read_at = Clock::now();
-        now = stage_now(attacker, run.stage0);
-      }
-      const LivePeer& target = targets[i % targets.size()];
-      if (target.id == now.leader || now.step < 0) continue;
-      RoundMessage m;
-      m.op = RoundOp::part;
-      m.stage = 0;
-      m.step = now.step;
-      m.sender = attacker.id;
-      m.leader = now.leader;
-      m.group = rng() | 1;
-      m.params_hash = now.hash;
-      m.part = 1;
-      m.values.assign(64, 0.25f);
-      auto frames = encode_round_message(m, codec);
-      if (!frames.is_ok()) continue;
-      ++tally.sent;
-      const Reply reply = reply_of(attacker.call(target.control, std::move(frames).value()));
-      (reply.error ? tally.refused : reply.answered ? tally.accepted : tally.unanswered) += 1;
-      (reply.error ? tally.last_refusal : tally.last_other) = reply.text;
-      if (reply.answered && !reply.error) held.add();
-      // The attack's pace, not a wait: some 250 a second, as the attacker's CPU is the
-      // peers' here, not another machine's. (Unpaused, over 1000 a second cost 12% of
-      // the rate once, with no round aborted.)
-      std::this_thread::sleep_for(1ms);
+  // The attack's pace: a part every millisecond at most (some 250 a second, as the
+  // attacker's CPU is the peers' here, not another machine's; unpaused, over 1000 a
+  // second cost 12% of the rate once, with no round aborted).
+  std::mt19937_64 rng(7);
+  StageNow now;
+  now.step = -1;
+  auto read_at = Clock::now() - 1s;
+  size_t ticks = 0;
+  PeriodicTask flood;
+  flood.start(0.001, [&] {
+    const size_t i = ticks++;
+    if (Clock::now() - read_at > 100ms) {
+      read_at = Clock::now();
+      now = stage_now(attacker, run.stage0);
     }
+    const LivePeer& target = targets[i % targets.size()];
+    if (target.id == now.leader || now.step < 0) return;
+    RoundMessage m;
+    m.op = RoundOp::part;
+    m.stage = 0;
+    m.step = now.step;
+    m.sender = attacker.id;
+    m.leader = now.leader;
+    m.group = rng() | 1;
+    m.params_hash = now.hash;
+    m.part = 1;
+    m.values.assign(64, 0.25f);
+    auto frames = encode_round_message(m, codec);
+    if (!frames.is_ok()) return;
+    const Reply reply = reply_of(attacker.call(target.control, std::move(frames).value()));
+    tally.count(reply);
+    if (reply.answered && !reply.error) held.add();
   });
   // The attack has landed once members have held (answered ok) parts in the leader's name.
   REQUIRE_MESSAGE(held.wait_for_at_least(20, 10s), "members held " << held.value() << " parts");
   const Window during = run.measure("during");
-  attacking = false;
-  flood.join();
+  flood.stop();
   // The window after begins once the stage has stepped past the parts held (they are
   // dropped when their step's BEGIN or another group's part arrives).
   const auto stopped = Clock::now();
