@@ -305,12 +305,24 @@ class ChaosRunner {
       : registry_(registry), stages_(stages),
         thread_([this, plan = std::move(plan), fleet, metrics, &print] { run(plan, fleet, metrics, print); }) {}
   ~ChaosRunner() {
+    end_plan();
     {
       std::lock_guard lock(mu_);
       done_ = true;
     }
     done_cv_.notify_all();
     thread_.join();
+  }
+
+  // Training is over: no further action fires. The thread lives on until the
+  // runner goes, and with it the peers it restarted, so that the run's last
+  // records and sample ledgers still reach them.
+  void end_plan() {
+    {
+      std::lock_guard lock(mu_);
+      plan_over_ = true;
+    }
+    done_cv_.notify_all();
   }
 
  private:
@@ -321,7 +333,7 @@ class ChaosRunner {
         std::unique_lock lock(mu_);
         const auto at =
             start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(action.at_seconds));
-        if (done_cv_.wait_until(lock, at, [&] { return done_; })) return;
+        if (done_cv_.wait_until(lock, at, [&] { return plan_over_; })) break;
       }
       const std::string target = fleet->apply(action, read_stage_announcements(*registry_, stages_));
       metrics->write({{"kind", "event"}, {"event", fmt::format("chaos_{}", chaos_kind_name(action.kind))},
@@ -340,6 +352,7 @@ class ChaosRunner {
   const int stages_;
   std::mutex mu_;
   std::condition_variable done_cv_;
+  bool plan_over_ = false;
   bool done_ = false;
   std::thread thread_;  // last: it uses the members above
 };
@@ -934,11 +947,9 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
                                   std::chrono::duration<double>(o.time_limit_seconds + kTimeLimitGraceSeconds));
     for (auto& trainer : trainers) trainer->give_up_waiting_after(*deadline);
   }
-  Result<TrainingSummary> summary = internal("not trained");
-  {
-    ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.registry, o.stages, &run.metrics, print);
-    summary = loop.run();
-  }
+  ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.registry, o.stages, &run.metrics, print);
+  Result<TrainingSummary> summary = loop.run();
+  chaos.end_plan();  // the peers it restarted live on: the final records and ledgers ask them too
   print("", true);  // the live status ends: what follows are the run's final lines
   SWARM_RETURN_IF_ERROR(summary.status());
   if (summary->stopped_by == StopReason::time_limit) {

@@ -54,7 +54,8 @@ Status RoundsConfig::validate(double publish_period_seconds) const {
 }
 
 StageRounds::StageRounds(RoundsConfig config, RoundReplica* replica, RoundCodec codec, double now)
-    : config_(std::move(config)), replica_(replica), codec_(codec), started_at_(now), born_at_(now) {}
+    : config_(std::move(config)), replica_(replica), codec_(codec), started_at_(now),
+      resync_holds_(config_.resync_hold_seconds), born_at_(now) {}
 
 // ---- inputs ----
 
@@ -349,21 +350,25 @@ std::set<std::string> StageRounds::round_joiners(double now) const {
   return is_majority(group, present) ? unbenched : all;
 }
 
-// Held for a stage-mate that re-syncs: while the stage holds still its donors
-// hand over the very state the records vouch for, and the newcomer JOINs this
-// step. Bounded, and once per ten hold periods per mate, so a member that only
-// claims to re-sync costs the stage at most a tenth of its time.
+StageRounds::Downloaded StageRounds::judge_download(int64_t step, uint64_t hash) const {
+  if (resync_target_ && step == resync_target_->step && hash == resync_target_->hash) return Downloaded::load;
+  if (!resync_target_ || step < resync_target_->step) return Downloaded::refuse;
+  if (vouched(step, hash)) return Downloaded::load;
+  return moved_past(view_, membership_, config_.peer_id, step) ? Downloaded::refuse : Downloaded::wait;
+}
+
+// Held for a stage-mate that catches up (resync_hold.h). Not for one that JOINed
+// this step (it is in), nor for a benched one (no round would take it). One a
+// message failed to lately is held for all the same: a restarted process is the
+// very mate that catches up, under the id its dead life left unreachable.
 bool StageRounds::holding_for_resync(double now) {
-  const double hold = config_.resync_hold_seconds;
-  std::erase_if(resync_holds_, [&](const auto& entry) { return now - entry.second > 10 * hold; });
-  bool holding = false;
-  for (const auto& r : view_.mates) {
-    if (hold <= 0 || r.state != ProgressRecord::State::resyncing) continue;
-    if (unreachable_.count(r.peer_id) != 0 || benched(r.peer_id, now)) continue;
-    const auto [it, first] = resync_holds_.try_emplace(r.peer_id, now);
-    holding = holding || now - it->second < hold;
-  }
-  return holding;
+  return resync_holds_.holding(
+      view_,
+      [&](const std::string& id) {
+        auto joined = joiners_.find(id);
+        return benched(id, now) || (joined != joiners_.end() && joined->second.samples != kCommittedNotJoined);
+      },
+      now);
 }
 
 bool StageRounds::ready_to_begin(double now) {
@@ -731,7 +736,13 @@ Status StageRounds::on_join(const RoundMessage& m, double now) {
   if (mode_ != Mode::serving || !earlier_life_settled(now)) {
     return refuse(unavailable("{} is not serving", config_.peer_id));
   }
-  if (m.step != step) return refuse(failed_precondition("{} is at step {}, the JOIN at {}", config_.peer_id, step, m.step));
+  if (m.step != step) {
+    if (m.step < step && view_.find(m.sender) != nullptr) {  // it catches up: hold a round for it
+      resync_holds_.heard_behind(m.sender, now);
+      unreachable_.erase(m.sender);
+    }
+    return refuse(failed_precondition("{} is at step {}, the JOIN at {}", config_.peer_id, step, m.step));
+  }
   if (m.params_hash != replica_->params_hash()) {
     return refuse(failed_precondition("{} holds other parameters at step {}", config_.peer_id, step));
   }

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "swarm/averaging/progress.h"
+#include "swarm/averaging/resync_hold.h"
 #include "swarm/averaging/round_group.h"
 #include "swarm/averaging/round_messages.h"
 #include "swarm/averaging/stage_view.h"
@@ -76,10 +77,11 @@ struct RoundsConfig {
   double joiner_silent_seconds = 1.5;  // a leader forgets a joiner silent this long
   double phase_timeout_seconds = 5.0;  // a group's wait for its parts, and the leader's for DONE
   double look_seconds = 1.0;           // a starting peer reads the stage this long before it trusts its view
-  // A leader holds its round this long for a stage-mate it sees re-syncing, once per
-  // ten such periods per mate (0: never): a stage that steps faster than a download
-  // would otherwise leave a newcomer one download behind every time.
-  double resync_hold_seconds = 1.0;
+  // A leader holds its round up to this long for a stage-mate that catches up, a
+  // tenth of its time at most per mate (resync_hold.h; 0: never): a stage that
+  // steps faster than a download would otherwise leave a newcomer one download
+  // behind every time.
+  double resync_hold_seconds = 2.0;
   int64_t max_chunk_elements = 1 << 18;
   int max_members = 256;
   // Early parts held (their values and a fixed overhead per part, all senders): from
@@ -164,6 +166,13 @@ class StageRounds {
   bool vouched(int64_t step, uint64_t hash) const {
     return is_vouched(view_, membership_, config_.peer_id, step, hash);
   }
+  // A downloaded state at `step` hashing to `hash`, the download aimed at
+  // resync_target(): load it (the target, or vouched now), wait for the records
+  // to vouch for it (a donor that stepped during the download hands over a newer
+  // state than the view shows), or refuse it (behind the target, or the stage
+  // moved past it before a majority vouched: download again).
+  enum class Downloaded { load, wait, refuse };
+  Downloaded judge_download(int64_t step, uint64_t hash) const;
   // Whether a stage-mate serves this peer's step: someone to take its samples into a round.
   bool mates_at_step() const;
   const RoundCounters& counters() const { return counters_; }
@@ -241,7 +250,7 @@ class StageRounds {
   std::map<std::string, double> unreachable_;  // peer -> when a message to it failed
   std::map<std::string, Joiner> joiners_;      // as leader, at this step
   std::map<std::string, Bench> bench_;         // peers kept out of rounds for a while
-  std::map<std::string, double> resync_holds_;  // as leader: mate -> when it last held a round for it
+  ResyncHolds resync_holds_;                   // as leader
   double following_since_ = 0;                 // when this peer chose its current leader
   double last_round_at_ = 0;                   // when a round it was in last began or ended
   uint64_t rounds_begun_ = 0;

@@ -85,6 +85,16 @@ bool is_vouched(const StageView& view, const std::set<std::string>& membership, 
   return 2 * votes > electorate;
 }
 
+bool moved_past(const StageView& view, const std::set<std::string>& membership, const std::string& me, int64_t step) {
+  size_t electorate = 0;
+  size_t past = 0;
+  for (const ProgressRecord* r : voters_of(view, membership, me, &electorate)) {
+    const auto states = published_states(*r);
+    past += !states.empty() && states.front().first > step;
+  }
+  return 2 * past > electorate;
+}
+
 std::optional<VouchedState> vouched_state(const StageView& view, const std::set<std::string>& membership,
                                           const std::string& me, int64_t my_step, uint64_t my_hash) {
   size_t electorate = 0;

@@ -53,6 +53,11 @@ std::optional<VouchedState> vouched_state(const StageView& view, const std::set<
 bool is_vouched(const StageView& view, const std::set<std::string>& membership, const std::string& me, int64_t step,
                 uint64_t hash);
 
+// Whether a strict majority of the voters (as in vouched_state) published only
+// states after `step`: records only move on, so (step, any hash) can no longer be
+// vouched. A download that handed over such a state is waited on for nothing.
+bool moved_past(const StageView& view, const std::set<std::string>& membership, const std::string& me, int64_t step);
+
 // Whether a member of `membership` published a committed membership at a later step
 // that leaves this peer out: the stage went on without it, and it must join again
 // as a newcomer.

@@ -458,11 +458,13 @@ class StageSync {
       // which this peer's view of the records may not show yet: the reader keeps
       // reading while it waits (bounded) for a majority to be seen vouching for it.
       const Deadline until = deadline_after(config_.progress_stale_seconds);
-      while (!((state.step == target.step && hash == target.hash) || vouched(state.step, hash))) {
-        if (Clock::now() >= until || flags_->dead) {
-          return data_loss("its parameters hash to {:016x}, which no majority vouches for at step {}", hash, state.step);
+      for (auto verdict = judge_download(state.step, hash); verdict != StageRounds::Downloaded::load;
+           verdict = judge_download(state.step, hash)) {
+        if (verdict == StageRounds::Downloaded::refuse || Clock::now() >= until || flags_->dead) {
+          return data_loss("its parameters hash to {:016x}, which no majority vouches for at step {}{}", hash,
+                           state.step, verdict == StageRounds::Downloaded::refuse ? " (the stage moved past it)" : "");
         }
-        std::this_thread::sleep_for(std::chrono::duration<double>(config_.progress_period_seconds / 2));
+        std::this_thread::sleep_for(std::chrono::duration<double>(config_.progress_period_seconds / 4));
       }
       *verified = hash;
       return Status::ok();
@@ -497,9 +499,9 @@ class StageSync {
     rounds_->resync_finished(loaded, registry_->now());
   }
 
-  bool vouched(int64_t step, uint64_t hash) {
+  StageRounds::Downloaded judge_download(int64_t step, uint64_t hash) {
     std::lock_guard lock(mu_);
-    return rounds_->vouched(step, hash);
+    return rounds_->judge_download(step, hash);
   }
 
   void maybe_checkpoint(int64_t step) {

@@ -205,8 +205,10 @@ void Harness::drain(Peer& p) {
   }
 }
 
-// The driver's download, as state_transfer does it: ask the donors in order for
-// their state, take the first that still holds the target, load it once it arrived.
+// The driver's download, as state_transfer and StageSync::resync do it: ask the
+// donors in order for their state, take the first one's as it is then (a donor
+// that stepped since hands over a newer one), and once it arrived load it, wait
+// for the records to vouch for it (bounded), or refuse it, as the protocol judges.
 void Harness::maybe_resync(Peer& p) {
   if (p.rounds->mode() != StageRounds::Mode::resyncing) {
     p.pick_at.reset();
@@ -225,9 +227,7 @@ void Harness::maybe_resync(Peer& p) {
       for (const auto& donor : target->donors) {
         const int d = index_of_address(donor.address);
         if (d < 0 || d == p.index || !active(d)) continue;
-        const StubReplica& from = *peers_[static_cast<size_t>(d)]->replica;
-        if (from.step() != target->step || from.params_hash() != target->hash) continue;
-        p.downloaded = from.snapshot();
+        p.downloaded = peers_[static_cast<size_t>(d)]->replica->snapshot();
         break;
       }
     }
@@ -238,8 +238,13 @@ void Harness::maybe_resync(Peer& p) {
   } else if (now_ < *p.load_at) {
     return;
   }
+  bool loaded = false;
+  if (p.downloaded) {
+    const auto verdict = p.rounds->judge_download(p.downloaded->step, p.downloaded->hash);
+    if (verdict == StageRounds::Downloaded::wait && now_ < *p.load_at + options_.rounds.stale_seconds) return;
+    loaded = verdict == StageRounds::Downloaded::load;
+  }
   p.load_at.reset();
-  const bool loaded = p.downloaded.has_value();
   if (loaded) p.replica->load_state(*p.downloaded);
   p.downloaded.reset();
   ++(loaded ? stats_.resyncs_loaded : stats_.resyncs_failed);

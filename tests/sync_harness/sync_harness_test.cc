@@ -300,9 +300,13 @@ TEST_CASE("a restarted peer under the same id is not counted in two groups at on
 // Before: with the stage stepping every ~80 ms and a download taking 300-500 ms,
 // the restarted peer loaded a state that was behind by the time it loaded, and
 // re-synced again, for ever (stage_sync_processes_test: 6 of 50 runs).
+// A download takes 0.3-0.5 s and the stage steps about 12 times a second, so a
+// download lands behind. Without the hold the newcomer never takes part again.
+// With it, it does on most seeds within 15 s; on the others its holds went by
+// before it downloaded during one (each mate's credit is a tenth of the time).
 TEST_CASE("a newcomer catches up with a stage that steps faster than it downloads") {
-  auto run = [](double hold) {
-    HarnessOptions o{.seed = 91, .peers = 3};
+  auto rounds_after_restart = [](uint64_t seed, double hold) {
+    HarnessOptions o{.seed = seed, .peers = 3};
     o.rounds.global_batch_samples = 8;  // about 12 steps a second
     o.resync_min = 0.3;
     o.resync_max = 0.5;
@@ -311,13 +315,46 @@ TEST_CASE("a newcomer catches up with a stage that steps faster than it download
     h.run_for(5);
     h.restart(2);
     h.run_for(15);
-    int64_t rounds_after_restart = 0;
-    for (const auto& e : h.events(2)) rounds_after_restart += e.kind == RoundEvent::Kind::stepped;
+    int64_t rounds = 0;
+    for (const auto& e : h.events(2)) rounds += e.kind == RoundEvent::Kind::stepped;
     expect_clean(h);
-    return rounds_after_restart;
+    return rounds;
   };
-  CHECK(run(0) == 0);    // the mechanism: without the hold it never takes part again
-  CHECK(run(1.0) > 20);  // with it, the newcomer is in the stage's rounds
+  int caught_up_without = 0, caught_up_with = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    caught_up_without += rounds_after_restart(seed, 0) > 20;
+    caught_up_with += rounds_after_restart(seed, RoundsConfig{}.resync_hold_seconds) > 20;
+  }
+  MESSAGE("of 8 seeds, the newcomer took part in more than 20 rounds on ", caught_up_without, " without the hold, ",
+          caught_up_with, " with it");
+  CHECK(caught_up_without <= 1);
+  CHECK(caught_up_with >= 6);
+}
+
+// swarm_local_test's faults case, in the harness: a 1-peer stage of a tiny model
+// steps about a hundred times a second, so more steps than a record's recent
+// hashes hold pass between two of its records. A newcomer's download hands over
+// the donor's state as it is by then; no record vouches for that step yet, and by
+// the donor's next record none can any more. Waiting the stale period for it, as
+// the driver did, the newcomer took 4 s a try and missed the stage's hold.
+TEST_CASE("a newcomer catches up with a stage that steps faster than its records show") {
+  HarnessOptions o{.seed = 7, .peers = 2};
+  o.samples_per_second = 800;
+  o.rounds.global_batch_samples = 8;  // about 100 steps a second
+  o.resync_min = 0.005;
+  o.resync_max = 0.01;
+  Harness h(o);
+  h.run_for(3);
+  h.kill(1);
+  h.run_for(3);
+  h.restart(1);
+  h.run_for(6);
+  int64_t rounds_after_restart = 0;
+  for (const auto& e : h.events(1)) rounds_after_restart += e.kind == RoundEvent::Kind::stepped;
+  MESSAGE("rounds of the restarted peer: ", rounds_after_restart, ", downloads loaded ", h.stats().resyncs_loaded,
+          ", failed ", h.stats().resyncs_failed);
+  CHECK(rounds_after_restart > 30);  // 0 where a download waited for a vouch; 17-20 with no hold after a JOIN from behind
+  expect_clean(h);
 }
 
 TEST_CASE("one seed replays byte for byte") {
