@@ -25,7 +25,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -145,6 +147,10 @@ class Replica {
   // The samples of the last take_gradients() whose round failed. Their gradients
   // left the stage with take_gradients, so mu_ is not needed.
   void lose_round_samples() {
+    {
+      std::lock_guard lock(mu_);
+      end_round();
+    }
     change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
   }
 
@@ -155,6 +161,17 @@ class Replica {
     (void)stage_.zero_grad();
     accumulated_microbatches_ = 0;
     change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_lost_moved); });
+  }
+
+  // A backward that arrives while this replica's gradients are in a round waits,
+  // up to `seconds`, for the round's step: its gradient is then taken at the
+  // weights it will be applied to, not one step before them (2 peers per stage
+  // ended 2.4% worse at equal tokens with every such backward one step stale).
+  // The wait is bounded so that a round stuck on a silent member costs each
+  // backward at most that long. 0: never wait.
+  void wait_for_round_step(double seconds) {
+    std::lock_guard lock(mu_);
+    round_wait_seconds_ = seconds;
   }
 
   struct Gradients {
@@ -171,6 +188,7 @@ class Replica {
     SWARM_ASSIGN_OR_RETURN(std::vector<float> mean,
                            flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_)));
     Gradients out{std::move(mean), sample_ledger().samples_pending, params_hash_};
+    in_round_ = true;
     (void)stage_.zero_grad();
     accumulated_microbatches_ = 0;
     change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_in_round); });
@@ -185,6 +203,7 @@ class Replica {
   Status apply_global_step(std::span<const float> averaged, const optim::LrSchedule& schedule, int64_t steps = 1) {
     std::lock_guard lock(mu_);
     if (averaged.size() != static_cast<size_t>(swarm::parameter_count(stage_))) {
+      end_round();
       change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_in_round, l.samples_lost_failed_round); });
       return invalid_argument("an averaged gradient of {} values for a stage of {}", averaged.size(),
                               swarm::parameter_count(stage_));
@@ -195,6 +214,7 @@ class Replica {
       move_samples(l.samples_in_round, stepped.is_ok() ? l.samples_stepped : l.samples_lost_nonfinite);
     });
     drop_cached_activations(stage_);
+    end_round();
     step_ = next;
     params_hash_ = parameters_hash(stage_).value_or(0);
     ++optimizer_steps_;
@@ -225,6 +245,7 @@ class Replica {
   Status load(const Checkpoint& state) {
     std::lock_guard lock(mu_);
     SWARM_RETURN_IF_ERROR(load_stage_checkpoint(stage_, global_, state));
+    end_round();
     step_ = state.step;
     SWARM_ASSIGN_OR_RETURN(params_hash_, parameters_hash(stage_));
     (void)stage_.zero_grad();
@@ -258,6 +279,11 @@ class Replica {
   }
 
  private:
+  void end_round() {  // under mu_: backwards waiting for the round's step go on
+    in_round_ = false;
+    round_step_cv_.notify_all();
+  }
+
   void remember_hash() {  // under mu_
     recent_hashes_.emplace_back(step_.load(), params_hash_);
     while (recent_hashes_.size() > kRecentHashes) recent_hashes_.pop_front();
@@ -283,7 +309,10 @@ class Replica {
   // duplicate or expired, rolled back when it failed or outlived its deadline.
   template <typename Compute>
   auto accumulate(const BackwardTicket& ticket, Compute compute) -> decltype(compute()) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    if (in_round_ && round_wait_seconds_ > 0) {
+      round_step_cv_.wait_for(lock, std::chrono::duration<double>(round_wait_seconds_), [&] { return !in_round_; });
+    }
     if (seen_microbatches_.count(ticket.microbatch_id) != 0) {
       change_ledger([](protocol::SampleLedger& l) { ++l.backward_duplicates_refused; });
       return already_exists("microbatch {:016x} was already accumulated by this replica", ticket.microbatch_id);
@@ -359,6 +388,9 @@ class Replica {
 
   const int stage_index_;
   mutable std::mutex mu_;
+  std::condition_variable round_step_cv_;  // a round's step (or failure) ended in_round_
+  bool in_round_ = false;                  // take_gradients ran; its step has not
+  double round_wait_seconds_ = 0;
   S stage_;
   U solo_;    // AdamW, solo mode
   U global_;  // LAMB, global steps; checkpoints and downloads carry its state

@@ -320,6 +320,43 @@ TEST_CASE("the ledger follows every sample: into a round, then stepped, lost wit
   check_balanced();
 }
 
+// Without the wait, a backward that lands between take_gradients and the round's
+// step was computed at the weights before the step and applied after it: with 2
+// peers per stage, a third to a half of every global batch one step stale.
+TEST_CASE("a backward during a round waits for the round's step, so its gradient is taken at the new weights") {
+  ReplicaFixture f;
+  const optim::LrSchedule schedule{.peak_lr = 1e-2f};
+  f.replica.wait_for_round_step(30);
+  REQUIRE(f.backward(1, in_ms(10'000)).is_ok());
+  auto taken = *f.replica.take_gradients();
+  const int calls_before = f.knobs->backward_calls.load();
+  std::atomic<int64_t> computed_at{-1};
+  std::thread during([&] {
+    const BackwardTicket ticket{2, in_ms(10'000), kRows, [&] { computed_at = f.replica.step(); }};
+    CHECK(f.replica.backward(f.input, f.grad, ticket).is_ok());
+  });
+  {
+    // It must not start computing while the round is open (the old code did at once).
+    std::unique_lock lock(f.knobs->signals->mu);
+    const bool started = f.knobs->signals->changed.wait_until(
+        lock, Clock::now() + 300ms, [&] { return f.knobs->backward_calls.load() > calls_before; });
+    CHECK_FALSE(started);
+  }
+  REQUIRE(f.replica.apply_global_step(taken.mean, schedule).is_ok());
+  during.join();
+  CHECK(computed_at.load() == 1);  // after the step, at its weights
+  CHECK(f.replica.sample_ledger().samples_pending == kRows);
+
+  // Bounded: a round that never ends (a silent member) holds a backward only that long.
+  f.replica.wait_for_round_step(0.2);
+  taken = *f.replica.take_gradients();
+  const auto start = Clock::now();
+  CHECK(f.backward(3, in_ms(10'000)).is_ok());
+  CHECK(Clock::now() - start >= 200ms);
+  CHECK(f.replica.step() == 1);  // the round is still open: computed at the old weights after all
+  f.replica.lose_round_samples();
+}
+
 TEST_CASE("the replica remembers a bounded number of microbatch ids, oldest forgotten first") {
   ReplicaFixture f;
   const uint64_t kept = SlowReplica::kRememberedMicrobatches;
