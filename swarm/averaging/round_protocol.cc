@@ -218,6 +218,18 @@ void StageRounds::resync_finished(bool loaded, double now) {
   if (loaded && resync_target_) {
     membership_ = std::set<std::string>(resync_target_->members.begin(), resync_target_->members.end());
     committed_group_ = resync_target_->donors.empty() ? 0 : resync_target_->donors.front().committed_group;
+    // A donor that stepped during the download handed over a newer state (vouched by
+    // recent hashes): its membership is the one of the round that made that state,
+    // not the target's. Members that disagree on it follow different leaders.
+    const ProgressRecord* at_loaded = nullptr;
+    for (const auto& r : view_.mates) {
+      if (r.step != replica_->step() || r.params_hash != replica_->params_hash() || r.committed_members.empty()) continue;
+      if (at_loaded == nullptr || r.published_at > at_loaded->published_at) at_loaded = &r;
+    }
+    if (at_loaded != nullptr) {
+      membership_ = std::set<std::string>(at_loaded->committed_members.begin(), at_loaded->committed_members.end());
+      committed_group_ = at_loaded->committed_group;
+    }
   }
   resync_target_.reset();
   mode_ = loaded ? Mode::serving : Mode::looking;
