@@ -55,7 +55,7 @@ Status RoundsConfig::validate(double publish_period_seconds) const {
 
 StageRounds::StageRounds(RoundsConfig config, RoundReplica* replica, RoundCodec codec, double now)
     : config_(std::move(config)), replica_(replica), codec_(codec), started_at_(now),
-      resync_holds_(config_.resync_hold_seconds), born_at_(now) {}
+      resync_holds_(config_.resync_hold_seconds), last_published_at_(now), born_at_(now) {}
 
 // ---- inputs ----
 
@@ -72,8 +72,10 @@ void StageRounds::observe(const std::vector<ProgressRecord>& records, double now
       if (r.published_at > born_at_ && !in_round) out_of_round_since_born_.insert(r.peer_id);
     }
   }
-  for (auto it = unreachable_.begin(); it != unreachable_.end();) {
-    it = now - it->second > config_.stale_seconds ? unreachable_.erase(it) : std::next(it);
+  for (auto* heard : {&unreachable_, &heard_from_}) {
+    for (auto it = heard->begin(); it != heard->end();) {
+      it = now - it->second > config_.stale_seconds ? heard->erase(it) : std::next(it);
+    }
   }
 }
 
@@ -125,13 +127,15 @@ void StageRounds::tick(double now) {
 bool StageRounds::check_behind(double now) {
   const int64_t step = replica_->step();
   auto vouched = vouched_state(view_, membership_, config_.peer_id, step, replica_->params_hash());
-  if (!vouched && !membership_.empty() && dropped_from_membership(view_, membership_, config_.peer_id, step)) {
+  if (!vouched && !membership_.empty() &&
+      (dropped_from_membership(view_, membership_, config_.peer_id, step) ||
+       outweighed_by_split(view_, membership_, former_members_, config_.peer_id, step, replica_->params_hash()))) {
     // A newcomer again: the fresh records' majority vouches. Only once the old
     // membership vouches for nothing: a round that went on without this peer is
     // vouched by that membership, while fresh records count the stage-mates
     // that hold no state of it (resyncing, looking) and may vouch for nothing,
     // leaving this peer to serve its old step alone, a second lineage.
-    membership_.clear();
+    set_membership({});
     committed_group_ = 0;
     vouched = vouched_state(view_, membership_, config_.peer_id, step, replica_->params_hash());
     if (!vouched && mode_ == Mode::serving) {
@@ -216,7 +220,7 @@ bool StageRounds::earlier_life_settled(double now) const {
 
 void StageRounds::resync_finished(bool loaded, double now) {
   if (loaded && resync_target_) {
-    membership_ = std::set<std::string>(resync_target_->members.begin(), resync_target_->members.end());
+    set_membership(std::set<std::string>(resync_target_->members.begin(), resync_target_->members.end()));
     committed_group_ = resync_target_->donors.empty() ? 0 : resync_target_->donors.front().committed_group;
     // A donor that stepped during the download handed over a newer state (vouched by
     // recent hashes): its membership is the one of the round that made that state,
@@ -227,7 +231,7 @@ void StageRounds::resync_finished(bool loaded, double now) {
       if (at_loaded == nullptr || r.published_at > at_loaded->published_at) at_loaded = &r;
     }
     if (at_loaded != nullptr) {
-      membership_ = std::set<std::string>(at_loaded->committed_members.begin(), at_loaded->committed_members.end());
+      set_membership(std::set<std::string>(at_loaded->committed_members.begin(), at_loaded->committed_members.end()));
       committed_group_ = at_loaded->committed_group;
     }
   }
@@ -280,12 +284,14 @@ void StageRounds::tick_serving(double now) {
   for (const auto& [id, j] : joiners_) {
     if (unreachable_.count(id) == 0 && !benched(id, now)) joiner_ids.insert(id);
   }
+  // A benched stage-mate still leads if the stage elects it: a member that chose
+  // another leader for it would refuse the leader its stage-mates follow, and a
+  // bench that outlasts the faults that earned it (fuzzer seed 53787) would keep
+  // the stage split between two leaders; only one that does not answer is passed over.
   StageView reachable = view_;
-  std::erase_if(reachable.mates, [&](const ProgressRecord& r) {
-    return unreachable_.count(r.peer_id) != 0 || benched(r.peer_id, now);
-  });
+  std::erase_if(reachable.mates, [&](const ProgressRecord& r) { return unreachable_.count(r.peer_id) != 0; });
   const std::string leader =
-      choose_leader(reachable, config_.peer_id, step, replica_->params_hash(), joiner_ids, membership_);
+      choose_leader(reachable, config_.peer_id, step, replica_->params_hash(), joiner_ids, electing_membership());
   if (leader != leader_) {
     leader_ = leader;
     following_since_ = now;
@@ -331,16 +337,48 @@ void StageRounds::send_join(double now) {
 
 std::set<std::string> StageRounds::genesis_membership() const {
   // No round committed yet: the peers holding this state, and every peer serving
-  // another. Those serving ahead count too: a newcomer (or a peer its stage
+  // another. Those ahead count too: a newcomer (or a peer its stage
   // dropped) and whoever else sits at its step would otherwise be a "majority"
   // of themselves and step a second lineage beside the stage that went on.
   std::set<std::string> out{config_.peer_id};
   for (const auto& r : view_.mates) {
     const bool same_state = r.step == replica_->step() && r.params_hash == replica_->params_hash();
     const bool serving = r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging;
-    if (same_state || serving) out.insert(r.peer_id);
+    // and those ahead, even looking: a restarted peer that loaded a vouched state
+    // looks until its earlier life's rounds are over, and is no newcomer.
+    const bool ahead = r.step > replica_->step() && r.state != ProgressRecord::State::resyncing;
+    if (same_state || serving || ahead) out.insert(r.peer_id);
   }
   return out;
+}
+
+// Whom a round needs a strict majority of: the committed membership's members
+// present, or with no membership, the genesis one's. A peer that loaded a state
+// whose membership does not name it, every member of which is gone since, counts
+// as having none: a majority of nobody would keep it from stepping for ever
+// (fuzzer seed 20787).
+std::set<std::string> StageRounds::present_voters(const StageView& here, const std::set<std::string>& heard) const {
+  if (!membership_.empty()) {
+    std::set<std::string> present = present_members(here, membership_, config_.peer_id, heard);
+    if (!present.empty()) return present;
+  }
+  return present_members(here, genesis_membership(), config_.peer_id, heard);
+}
+
+// Whose members lead: the committed membership, or with none (a peer that came
+// back as a newcomer and serves the stage's state), the one the stage-mates that
+// hold this very state publish. Electing from its own view, it would follow the
+// lowest id present while they follow the lowest member, each refusing the
+// other's JOINs for good (fuzzer seeds 1693, 5739).
+std::set<std::string> StageRounds::electing_membership() const {
+  if (!membership_.empty()) return membership_;
+  const ProgressRecord* freshest = nullptr;
+  for (const auto& r : view_.mates) {
+    if (r.step != replica_->step() || r.params_hash != replica_->params_hash() || r.committed_members.empty()) continue;
+    if (freshest == nullptr || r.published_at > freshest->published_at) freshest = &r;
+  }
+  if (freshest == nullptr) return {};
+  return std::set<std::string>(freshest->committed_members.begin(), freshest->committed_members.end());
 }
 
 // The joiners a round takes now: benched ones only where the group would not be
@@ -348,15 +386,15 @@ std::set<std::string> StageRounds::genesis_membership() const {
 // must not keep its stage from stepping once the network heals).
 std::set<std::string> StageRounds::round_joiners(double now) const {
   std::set<std::string> all, unbenched, heard{config_.peer_id};
+  for (const auto& [id, at] : heard_from_) heard.insert(id);
   for (const auto& [id, j] : joiners_) {
     heard.insert(id);
     if (j.samples == kCommittedNotJoined) continue;
     all.insert(id);
     if (!benched(id, now)) unbenched.insert(id);
   }
-  const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
-  const std::set<std::string> present = present_members(
-      without_fallen_behind(view_, replica_->step(), last_round_at_), membership, config_.peer_id, heard);
+  const std::set<std::string> present =
+      present_voters(without_fallen_behind(view_, replica_->step(), last_round_at_), heard);
   std::set<std::string> group = unbenched;
   group.insert(config_.peer_id);
   return is_majority(group, present) ? unbenched : all;
@@ -396,6 +434,7 @@ bool StageRounds::ready_to_begin(double now) {
   own.samples_per_second = rate_;
   own.published_at = now;
   records.push_back(own);
+  for (const auto& [id, at] : heard_from_) heard.insert(id);
   for (const auto& [id, j] : joiners_) {
     heard.insert(id);
     if (taken.count(id) == 0) continue;
@@ -408,9 +447,8 @@ bool StageRounds::ready_to_begin(double now) {
     r.published_at = j.heard_at;
     records.push_back(r);
   }
-  const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
   const StageView here = without_fallen_behind(view_, replica_->step(), last_round_at_);
-  if (!is_majority(group, present_members(here, membership, config_.peer_id, heard))) return false;
+  if (!is_majority(group, present_voters(here, heard))) return false;
   if (membership_.empty() && group.size() == 1 && view_.mates.empty() && now - started_at_ < config_.stale_seconds) {
     return false;
   }
@@ -528,6 +566,15 @@ void StageRounds::commit(double now) {
     abort_group("every member reported DONE, but after the deadline", true, now);
     return;
   }
+  // Nor where its record may have lapsed meanwhile (it was stopped, say): a member
+  // restarted since then, seeing no leader in any round, may have voted at this
+  // step in another group, and its earlier life's DONE here must not count too.
+  const double unpublished = std::max(group_->longest_unpublished, now - last_published_at_);
+  if (unpublished > 0.5 * config_.stale_seconds) {
+    abort_group(fmt::format("every member reported DONE, but this leader published no record for {:.1f} s", unpublished),
+                true, now);
+    return;
+  }
   const GroupSpec spec = group_->round.spec();
   // Each member's samples count up to a full round's worth: a member cannot
   // push the stage's step (and its learning rate) ahead by claiming more.
@@ -563,11 +610,12 @@ void StageRounds::apply(bool led, int64_t steps, double now) {
   Status stepped = replica_->apply_step(group_->round.averaged(), steps);
   counters_.payload_bytes += group_->round.payload_bytes_sent();
   counters_.payload_values += group_->round.payload_values_sent();
-  membership_.clear();
+  std::set<std::string> members;
   for (const auto& member : spec.members) {
-    membership_.insert(member.peer_id);
+    members.insert(member.peer_id);
     bench_.erase(member.peer_id);  // it took its part in a committed round
   }
+  set_membership(std::move(members));
   voted_groups_.clear();  // settled: no round before this one can still be committed without it
   committed_group_ = spec.group;
   finished_groups_.push_back(spec.group);
@@ -656,6 +704,19 @@ void StageRounds::tick_group(double now) {
   }
 }
 
+void StageRounds::set_membership(std::set<std::string> members) {
+  for (const auto& id : membership_) {
+    if (id != config_.peer_id) former_members_.insert(id);
+  }
+  while (former_members_.size() > 4 * static_cast<size_t>(config_.max_members)) former_members_.erase(former_members_.begin());
+  membership_ = std::move(members);
+}
+
+void StageRounds::published(double now) {
+  if (group_) group_->longest_unpublished = std::max(group_->longest_unpublished, now - last_published_at_);
+  last_published_at_ = now;
+}
+
 void StageRounds::drop_held() {
   if (group_) {
     finished_groups_.push_back(group_->round.spec().group);
@@ -724,6 +785,7 @@ void StageRounds::delivery_failed(const Outgoing& sent, const Status& why, doubl
 Status StageRounds::receive(const RoundMessage& m, double now) {
   if (m.stage != config_.stage) return failed_precondition("a round message for stage {}; this peer serves {}", m.stage, config_.stage);
   if (m.sender == config_.peer_id) return invalid_argument("a round message sent as this peer");
+  if (membership_.count(m.sender) != 0 && m.step >= replica_->step()) heard_from_[m.sender] = now;
   Status status = [&] {
     switch (m.op) {
       case RoundOp::join: return on_join(m, now);
@@ -785,14 +847,20 @@ Status StageRounds::on_begin(const RoundMessage& m, double now) {
   // of the members this peer last committed with into a second lineage.
   std::set<std::string> group;
   for (const auto& x : m.members) group.insert(x.peer_id);
-  const std::set<std::string>& membership = membership_.empty() ? genesis_membership() : membership_;
   const StageView here = without_fallen_behind(view_, replica_->step(), last_round_at_);
-  if (!is_majority(group, present_members(here, membership, config_.peer_id, {m.sender}))) {
+  if (!is_majority(group, present_voters(here, {m.sender}))) {
     return failed_precondition("a BEGIN whose group is no majority of the members {} committed with", config_.peer_id);
   }
   if (group_) {
     if (group_->round.spec().group == m.group) return already_exists("in group {:016x} already", m.group);
     if (group_->round.spec().leader != m.sender) return failed_precondition("in another leader's round");
+    // A member that voted DONE keeps its vote until the leader's word on that group
+    // (or a record, or the deadline; see tick_group): a BEGIN can be an old one the
+    // network duplicated or held back (fuzzer seed 97474), and a member that took
+    // it for the leader's next round voted twice at one step.
+    if (group_->done_sent) {
+      return failed_precondition("voted DONE in group {:016x}; its COMMIT or ABORT comes first", group_->round.spec().group);
+    }
     abort_group("the leader began another group", false, now);  // it gave up on the old one
   }
   GroupSpec spec;

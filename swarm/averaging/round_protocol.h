@@ -150,6 +150,9 @@ class StageRounds {
   std::vector<Outgoing> take_outbox() { return std::exchange(outbox_, {}); }
   std::vector<RoundEvent> take_events() { return std::exchange(events_, {}); }
   ProgressRecord progress(double now) const;
+  // The record progress() returned was announced at `now`: a leader whose record
+  // may have lapsed during its round does not commit it (see commit()).
+  void published(double now);
 
   Mode mode() const { return mode_; }
   bool serving() const { return mode_ == Mode::serving; }
@@ -190,6 +193,7 @@ class StageRounds {
     double started_at = 0;
     bool done_sent = false;
     double done_at = 0;
+    double longest_unpublished = 0;  // the longest time without an announced record since it started
     uint64_t hash_before = 0;
     std::set<std::string> done_from;  // the leader's tally
     std::map<std::string, int64_t> samples_from;  // the samples each member's DONE holds
@@ -220,10 +224,13 @@ class StageRounds {
   void apply(bool led, int64_t steps, double now);
   void abort_group(const std::string& why, bool tell_others, double now);
   void drop_held();
+  void set_membership(std::set<std::string> members);
   void send(const std::string& to, const std::string& address, RoundMessage m);
   RoundMessage control(RoundOp op) const;
   std::string address_of(const std::string& peer_id) const;
   std::set<std::string> genesis_membership() const;
+  std::set<std::string> electing_membership() const;
+  std::set<std::string> present_voters(const StageView& here, const std::set<std::string>& heard) const;
 
   Status on_join(const RoundMessage& m, double now);
   Status on_begin(const RoundMessage& m, double now);
@@ -242,12 +249,18 @@ class StageRounds {
   StageView view_;
   std::set<std::string> membership_;  // the last committed group's members; empty: none yet
   uint64_t committed_group_ = 0;
+  std::set<std::string> former_members_;  // peers it committed rounds with (outweighed_by_split)
+  double last_published_at_;
   std::optional<VouchedState> resync_target_;
 
   std::string leader_;
   double last_join_at_ = -1e18;
   int64_t last_join_samples_ = -1;
   std::map<std::string, double> unreachable_;  // peer -> when a message to it failed
+  // Members whose messages showed them at this peer's step or past it, and when:
+  // present though the registry may not show them (a blind view must not make a
+  // live member absent, and a group of one a majority).
+  std::map<std::string, double> heard_from_;
   std::map<std::string, Joiner> joiners_;      // as leader, at this step
   std::map<std::string, Bench> bench_;         // peers kept out of rounds for a while
   ResyncHolds resync_holds_;                   // as leader

@@ -133,6 +133,38 @@ bool dropped_from_membership(const StageView& view, const std::set<std::string>&
   return false;
 }
 
+bool outweighed_by_split(const StageView& view, const std::set<std::string>& membership,
+                         const std::set<std::string>& former, const std::string& me, int64_t my_step,
+                         uint64_t my_hash) {
+  auto takes_part = [](const ProgressRecord& r) {
+    return r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging;
+  };
+  auto names_me = [&](const ProgressRecord& r) {
+    return std::binary_search(r.committed_members.begin(), r.committed_members.end(), me);
+  };
+  size_t ours = 1, theirs = 0;
+  std::pair<int64_t, uint64_t> their_best{my_step, my_hash};
+  bool their_best_set = false;
+  for (const auto& r : view.mates) {
+    if (!takes_part(r) || r.committed_members.empty()) continue;
+    if (membership.count(r.peer_id) != 0) {
+      ours += names_me(r);
+      continue;
+    }
+    if (former.count(r.peer_id) == 0 || names_me(r)) continue;
+    if (r.step == my_step && r.params_hash == my_hash) continue;  // the same state: no split
+    ++theirs;
+    // Further ahead first, then the lower hash.
+    if (!their_best_set || r.step > their_best.first || (r.step == their_best.first && r.params_hash < their_best.second)) {
+      their_best = {r.step, r.params_hash};
+      their_best_set = true;
+    }
+  }
+  if (theirs == 0) return false;
+  if (theirs != ours) return theirs > ours;
+  return their_best.first > my_step || (their_best.first == my_step && their_best.second < my_hash);
+}
+
 std::string choose_leader(const StageView& view, const std::string& me, int64_t step, uint64_t hash,
                           const std::set<std::string>& joiners, const std::set<std::string>& membership) {
   std::set<std::string> candidates{me};

@@ -64,6 +64,20 @@ bool moved_past(const StageView& view, const std::set<std::string>& membership, 
 bool dropped_from_membership(const StageView& view, const std::set<std::string>& membership, const std::string& me,
                              int64_t my_step);
 
+// Whether a split stage's other side outweighs this peer's. Two sides that lost
+// sight of each other (a stop, a blind registry) can each step as a majority of
+// what it still saw, and once they see each other again neither is behind the
+// other's membership: each side's records name a membership without the other.
+// The other side: `former` stage-mates (peers this one committed rounds with, now
+// outside its membership) serving on a membership that leaves this peer out;
+// this side: this peer and the members serving on a membership that names it.
+// The larger side wins; between equals the one further ahead, then the lower
+// hash, so both sides reach the same verdict. Only former stage-mates count: a
+// stranger's record (a forged one) cannot make a stage give up its state.
+bool outweighed_by_split(const StageView& view, const std::set<std::string>& membership,
+                         const std::set<std::string>& former, const std::string& me, int64_t my_step,
+                         uint64_t my_hash);
+
 // The leader of the round that ends `step`: the lowest id among this peer and the
 // fresh stage-mates at that step, serving, with the same parameters hash, and the
 // peers that joined this one lately (`joiners`). Where `membership` (the last

@@ -240,8 +240,13 @@ class StageSync {
       record = rounds_->progress(registry_->now());
     }
     record.departed = departed_;
-    return registry_->announce(progress_registry_key(stage()), config_.peer_id, record.to_json(),
-                               registry_->now() + config_.record_ttl_seconds);
+    Status announced = registry_->announce(progress_registry_key(stage()), config_.peer_id, record.to_json(),
+                                           registry_->now() + config_.record_ttl_seconds);
+    if (announced.is_ok()) {
+      std::lock_guard lock(mu_);
+      if (rounds_) rounds_->published(record.published_at);
+    }
+    return announced;
   }
 
   bool progress_visible() {

@@ -392,6 +392,28 @@ TEST_CASE("dropped_from_membership: a member at a later step committed a members
   CHECK_FALSE(dropped_from_membership(view_of({mate("a", 6, 1, {"a", "b"})}), {}, "m", 5));  // no membership
 }
 
+TEST_CASE("outweighed_by_split: the larger side of a split stage wins, equals by step then hash, both agreeing") {
+  // Two peers that each stepped alone: "a" at 8, "m" at 5. Each side is one peer.
+  const ProgressRecord a8 = mate("a", 8, 0xa, {"a"});
+  const ProgressRecord m5 = mate("m", 5, 0xb, {"m"});
+  CHECK(outweighed_by_split(view_of({a8}, "m"), {"m"}, {"a", "m"}, "m", 5, 0xb));
+  CHECK_FALSE(outweighed_by_split(view_of({m5}, "a"), {"a"}, {"a", "m"}, "a", 8, 0xa));
+  // At one step the lower hash wins, on both sides.
+  CHECK(outweighed_by_split(view_of({mate("a", 5, 0x1, {"a"})}, "m"), {"m"}, {"a"}, "m", 5, 0x2));
+  CHECK_FALSE(outweighed_by_split(view_of({mate("m", 5, 0x2, {"m"})}, "a"), {"a"}, {"m"}, "a", 5, 0x1));
+  // The larger side wins though it is behind: two members stepping together against one.
+  const std::vector<ProgressRecord> pair{mate("a", 4, 0xa, {"a", "b"}), mate("b", 4, 0xa, {"a", "b"})};
+  CHECK(outweighed_by_split(view_of(pair, "m"), {"m"}, {"a", "b"}, "m", 9, 0xc));
+  CHECK_FALSE(outweighed_by_split(view_of({mate("m", 9, 0xc, {"m"}), mate("b", 4, 0xa, {"a", "b"})}, "a"), {"a", "b"},
+                                  {"m"}, "a", 4, 0xa));
+  // No split: a peer never committed with (a stranger, a forged record), one whose
+  // membership names this peer, one at this very state, or one that serves nothing.
+  CHECK_FALSE(outweighed_by_split(view_of({mate("x", 1000, 0xf, {"x"})}, "m"), {"m"}, {"a"}, "m", 5, 0xb));
+  CHECK_FALSE(outweighed_by_split(view_of({mate("a", 8, 0xa, {"a", "m"})}, "m"), {"m"}, {"a"}, "m", 5, 0xb));
+  CHECK_FALSE(outweighed_by_split(view_of({mate("a", 5, 0xb, {"a"})}, "m"), {"m"}, {"a"}, "m", 5, 0xb));
+  CHECK_FALSE(outweighed_by_split(view_of({mate("a", 8, 0xa, {"a"}, State::looking)}, "m"), {"m"}, {"a"}, "m", 5, 0xb));
+}
+
 TEST_CASE("choose_leader: the lowest id among the serving mates at the step with the same hash") {
   const uint64_t h = 0x55;
   std::vector<ProgressRecord> records{mate("a", 5, h, {}, State::resyncing),  // downloading: left out

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tests/sync_harness/harness_peer.h"
 
@@ -115,9 +116,9 @@ void Harness::tick_once() {
   if (options_.log && tick_ % 100 == 0) {
     for (const auto& p : peers_) {
       if (!p->alive) continue;
-      fmt::print(stderr, "{:8.2f} {} state: mode {} step {} in_round {} leader '{}' members {} pending {} rate {:.1f} stopped {}\n", now_, p->id,
+      fmt::print(stderr, "{:8.2f} {} state: mode {} step {} in_round {} leader '{}' members [{}] pending {} rate {:.1f} stopped {}\n", now_, p->id,
                  static_cast<int>(p->rounds->mode()), p->replica->step(), p->rounds->in_round(), p->rounds->leader(),
-                 p->rounds->membership().size(), p->replica->pending_samples(), p->rate, now_ < p->stopped_until);
+                 fmt::join(p->rounds->membership(), " "), p->replica->pending_samples(), p->rate, now_ < p->stopped_until);
     }
   }
 }
@@ -128,6 +129,8 @@ void Harness::publish_due(Peer& p) {
   if (p.lie) p.lie(record);
   if (!registry_.publish(std::move(record), now_)) {
     if (violations_.size() < kMaxViolations) violations_.push_back("record: " + p.id + "'s record does not survive its JSON");
+  } else {
+    p.rounds->published(now_);
   }
   p.next_publish = std::max(p.next_publish + options_.publish_period, now_ + 0.5 * options_.publish_period);
 }

@@ -100,6 +100,28 @@ TEST_CASE("a peer whose registry view is empty while its mate is alive never ste
   }
 }
 
+// Before (fuzzer seed 9676): a peer stopped past its record's lifetime while its
+// mate went on alone, then blind to the registry when it woke, stepped alone too,
+// and the pair stepped as two lineages for good, each a majority of the
+// membership it had committed last, neither seeing a reason to re-sync.
+TEST_CASE("a stage split by a stop and a blind view becomes one lineage once it heals") {
+  Harness h({.seed = 9676, .peers = 2});
+  h.run_for(6);
+  REQUIRE(h.stage_step() > 2);
+  h.stop(0, 5.5);
+  h.view(0).blind = true;
+  h.run_for(9);
+  h.view(0).blind = false;
+  h.run_for(12);
+  CHECK(h.replica(0).step() == h.replica(1).step());
+  CHECK(h.replica(0).params_hash() == h.replica(1).params_hash());
+  const int64_t healed = h.stage_step();
+  h.run_for(8);
+  CHECK(h.stage_step() > healed);
+  CHECK(h.replica(0).params_hash() == h.replica(1).params_hash());
+  CHECK(steps_with_members(h, 2) > 0);
+}
+
 // Before: records were not republished during a round, lapsed, and the members vanished from each other.
 TEST_CASE("a round slower than the record TTL still completes and no member vanishes") {
   HarnessOptions options{.seed = 31, .peers = 3, .record_ttl = 6.0};
@@ -301,9 +323,11 @@ TEST_CASE("a restarted peer under the same id is not counted in two groups at on
 // the restarted peer loaded a state that was behind by the time it loaded, and
 // re-synced again, for ever (stage_sync_processes_test: 6 of 50 runs).
 // A download takes 0.3-0.5 s and the stage steps about 12 times a second, so a
-// download lands behind. Without the hold the newcomer never takes part again.
-// With it, it does on most seeds within 15 s; on the others its holds went by
-// before it downloaded during one (each mate's credit is a tenth of the time).
+// download lands behind. Without the hold the newcomer took part again on 0-1
+// of 8 seeds at f905ec8; since a member's messages count it present
+// (heard_from_), on 5. With the hold it does on most seeds within 15 s; on the
+// others its holds went by before it downloaded during one (each mate's credit
+// is a tenth of the time).
 TEST_CASE("a newcomer catches up with a stage that steps faster than it downloads") {
   auto rounds_after_restart = [](uint64_t seed, double hold) {
     HarnessOptions o{.seed = seed, .peers = 3};
@@ -327,8 +351,8 @@ TEST_CASE("a newcomer catches up with a stage that steps faster than it download
   }
   MESSAGE("of 8 seeds, the newcomer took part in more than 20 rounds on ", caught_up_without, " without the hold, ",
           caught_up_with, " with it");
-  CHECK(caught_up_without <= 1);
   CHECK(caught_up_with >= 6);
+  CHECK(caught_up_with > caught_up_without);
 }
 
 // swarm_local_test's faults case, in the harness: a 1-peer stage of a tiny model
