@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
                         "(-1: microbatch x microbatches-per-step x trainers; 0: solo mode, no averaging)")
       ->capture_default_str();
   local_cmd->add_option("--round-wait", local.round_wait_seconds,
-                        "Seconds a backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
+                        "Seconds a forward or backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
       ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
   local_cmd->add_option("--step-every", local.step_every_samples,
@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--lr", peer.learning_rate, "Learning rate")->capture_default_str();
   peer_cmd->add_option("--warmup", peer.warmup_steps, "Warm-up optimizer steps")->capture_default_str();
   peer_cmd->add_option("--round-wait", peer.round_wait_seconds,
-                       "Seconds a backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
+                       "Seconds a forward or backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
       ->check(CLI::Range(0.0, 60.0))
       ->capture_default_str();
   peer_cmd->add_option("--step-every", peer.step_every_samples, "Samples between optimizer steps")

@@ -52,7 +52,7 @@ struct PeerRoleOptions {
   float learning_rate = 1e-3f;  // the SWARM paper's peak LAMB lr
   int warmup_steps = 20;
   int step_every_samples = 16;
-  double round_wait_seconds = 0.25;  // see PeerConfig::backward_waits_for_round_seconds
+  double round_wait_seconds = 0.25;  // see PeerConfig::compute_waits_for_round_seconds
   int max_batch = 1;
   std::string codec = "8bit";  // activations and all-reduce parts
   std::string gradient_codec;  // the backward's gradients; empty: codec

@@ -126,10 +126,15 @@ void StageRounds::tick(double now) {
 // A stage that went on without this peer, or a vouched state ahead: re-sync.
 bool StageRounds::check_behind(double now) {
   const int64_t step = replica_->step();
-  auto vouched = vouched_state(view_, membership_, config_.peer_id, step, replica_->params_hash());
-  if (!vouched && !membership_.empty() &&
-      (dropped_from_membership(view_, membership_, config_.peer_id, step) ||
-       outweighed_by_split(view_, membership_, former_members_, config_.peer_id, step, replica_->params_hash()))) {
+  const uint64_t hash = replica_->params_hash();
+  // A state given up to a split's other side is worth nothing, even ahead: any
+  // state the stage vouches for is followed, behind it too (fuzzer seed 13775).
+  auto vouched_from = [&] { return yielded_ == std::pair{step, hash} ? int64_t{-1} : step; };
+  auto vouched = vouched_state(view_, membership_, config_.peer_id, vouched_from(), hash);
+  const bool outweighed =
+      !vouched && !membership_.empty() && outweighed_by_split(view_, membership_, former_members_, config_.peer_id, step, hash);
+  if (outweighed) yielded_ = std::pair{step, hash};
+  if (!vouched && !membership_.empty() && (outweighed || dropped_from_membership(view_, membership_, config_.peer_id, step))) {
     // A newcomer again: the fresh records' majority vouches. Only once the old
     // membership vouches for nothing: a round that went on without this peer is
     // vouched by that membership, while fresh records count the stage-mates
@@ -137,7 +142,7 @@ bool StageRounds::check_behind(double now) {
     // leaving this peer to serve its old step alone, a second lineage.
     set_membership({});
     committed_group_ = 0;
-    vouched = vouched_state(view_, membership_, config_.peer_id, step, replica_->params_hash());
+    vouched = vouched_state(view_, membership_, config_.peer_id, vouched_from(), hash);
     if (!vouched && mode_ == Mode::serving) {
       // and looks again: a newcomer serves its state only where the stage does
       // (see tick), never by leading the others it left behind into a genesis group.
@@ -236,6 +241,7 @@ void StageRounds::resync_finished(bool loaded, double now) {
     }
   }
   resync_target_.reset();
+  if (loaded) yielded_.reset();
   mode_ = loaded ? Mode::serving : Mode::looking;
   started_at_ = now;
   finished_groups_.clear();
@@ -354,15 +360,18 @@ std::set<std::string> StageRounds::genesis_membership() const {
 
 // Whom a round needs a strict majority of: the committed membership's members
 // present, or with no membership, the genesis one's. A peer that loaded a state
-// whose membership does not name it, every member of which is gone since, counts
-// as having none: a majority of nobody would keep it from stepping for ever
-// (fuzzer seed 20787).
+// whose membership does not name it, every member of which is gone since, would
+// need a majority of nobody and never step (fuzzer seed 20787); it counts every
+// fresh stage-mate instead, whatever it does: those re-syncing may be loading
+// its very state, under that same membership, and must not find it stepped
+// alone meanwhile (seed 17707).
 std::set<std::string> StageRounds::present_voters(const StageView& here, const std::set<std::string>& heard) const {
-  if (!membership_.empty()) {
-    std::set<std::string> present = present_members(here, membership_, config_.peer_id, heard);
-    if (!present.empty()) return present;
-  }
-  return present_members(here, genesis_membership(), config_.peer_id, heard);
+  if (membership_.empty()) return present_members(here, genesis_membership(), config_.peer_id, heard);
+  std::set<std::string> present = present_members(here, membership_, config_.peer_id, heard);
+  if (!present.empty()) return present;
+  present.insert(config_.peer_id);
+  for (const auto& r : view_.mates) present.insert(r.peer_id);  // the fallen behind too
+  return present;
 }
 
 // Whose members lead: the committed membership, or with none (a peer that came
@@ -658,6 +667,7 @@ void StageRounds::abort_group(const std::string& why, bool tell_others, double n
   finished_groups_.push_back(spec.group);
   if (finished_groups_.size() > 16) finished_groups_.pop_front();
   group_.reset();  // the gradient stays held for the next attempt
+  replica_->round_aborted();
   ++counters_.rounds_aborted;
   last_join_at_ = -1e18;
   events_.push_back({RoundEvent::Kind::aborted, spec.step, spec.group, spec.leader == config_.peer_id,

@@ -42,6 +42,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "swarm/averaging/progress.h"
@@ -107,11 +108,14 @@ class RoundReplica {
   };
   // The mean of the gradients accumulated since the last take; they count as "in a round" now.
   virtual Result<Taken> take_gradients() = 0;
-  // The averaged gradient, one optimizer step that counts for `steps` global steps:
-  // step() + steps; the samples in the round are stepped.
+  // The averaged gradient, applied for `steps` global steps: step() + steps; the
+  // samples in the round are stepped.
   virtual Status apply_step(std::span<const float> averaged, int64_t steps) = 0;
   // The samples taken into rounds that will never step (a re-sync throws them away).
   virtual void lose_round_samples() = 0;
+  // A round ended without a step; its gradient stays with the protocol for the
+  // next attempt: work that waits for a round's step (Replica::wait_for_round_step) goes on.
+  virtual void round_aborted() {}
 };
 
 // What happened, for the driver's log, stats and checkpoints.
@@ -250,6 +254,7 @@ class StageRounds {
   std::set<std::string> membership_;  // the last committed group's members; empty: none yet
   uint64_t committed_group_ = 0;
   std::set<std::string> former_members_;  // peers it committed rounds with (outweighed_by_split)
+  std::optional<std::pair<int64_t, uint64_t>> yielded_;  // the state it gave up to a split's other side
   double last_published_at_;
   std::optional<VouchedState> resync_target_;
 

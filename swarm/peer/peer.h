@@ -70,8 +70,8 @@ struct PeerConfig {
   float learning_rate = 1e-3f;
   int64_t warmup_steps = 0;  // linear warm-up, in optimizer steps (local or global)
   int64_t step_every_samples = 16;
-  // A backward that arrives during a round waits this long at most for its step (Replica::wait_for_round_step).
-  double backward_waits_for_round_seconds = 0.25;
+  // A forward or backward that arrives during a round waits this long at most for its step (Replica::wait_for_round_step).
+  double compute_waits_for_round_seconds = 0.25;
   // Activations and all-reduce parts travel in this codec.
   CodecId codec = CodecId::blockwise8;
   // The backward's output and input gradients; unset: codec (see protocol::StageSpec).
@@ -281,7 +281,7 @@ class Peer {
     auto parts = std::make_shared<StageParts>();
     parts->index = index;
     parts->replica = std::make_shared<Replica<S>>(index, std::move(*stage), config_.optimizer);
-    parts->replica->wait_for_round_step(config_.backward_waits_for_round_seconds);
+    parts->replica->wait_for_round_step(config_.compute_waits_for_round_seconds);
     parts->service =
         std::make_unique<StageService<S, Codecs>>(service_options(), parts->replica, &stats_, service_hooks(parts.get()));
     return parts;

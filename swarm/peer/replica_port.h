@@ -34,6 +34,7 @@ class ReplicaPort final : public RoundReplica {
     return replica_->apply_global_step(averaged, schedule_, steps);
   }
   void lose_round_samples() override { replica_->lose_round_samples(); }
+  void round_aborted() override { replica_->round_aborted(); }
 
  private:
   std::shared_ptr<Replica<S>> replica_;

@@ -357,6 +357,59 @@ TEST_CASE("a backward during a round waits for the round's step, so its gradient
   f.replica.lose_round_samples();
 }
 
+// Before: a forward during a round ran at once, at the weights before the step, and
+// the backward that followed recomputed at the new ones from a grad_output the
+// next stage took at the old.
+TEST_CASE("a forward during a round waits for the round's step too; an aborted round lets waiters go") {
+  ReplicaFixture f;
+  const optim::LrSchedule schedule{.peak_lr = 1e-2f};
+  f.replica.wait_for_round_step(30);
+  REQUIRE(f.backward(1, in_ms(10'000)).is_ok());
+  auto taken = *f.replica.take_gradients();
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t forward_at = -1;
+  std::thread during([&] {
+    CHECK(f.replica.forward(f.input, nullptr).is_ok());
+    std::lock_guard lock(mu);
+    forward_at = f.replica.step();
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    CHECK_FALSE(cv.wait_until(lock, Clock::now() + 300ms, [&] { return forward_at >= 0; }));
+  }
+  REQUIRE(f.replica.apply_global_step(taken.mean, schedule).is_ok());
+  during.join();
+  CHECK(forward_at == 1);
+
+  // A round that ends without a step keeps its gradient for the next attempt, and
+  // lets the work waiting on it go at once, not after the bound.
+  taken = *f.replica.take_gradients();
+  f.replica.round_aborted();
+  const auto start = Clock::now();
+  CHECK(f.replica.forward(f.input, nullptr).is_ok());
+  CHECK(f.backward(2, in_ms(10'000)).is_ok());
+  CHECK(Clock::now() - start < 10s);
+}
+
+// Before: a round of two global batches applied one update at the second's
+// learning rate, moving the stage as far as one batch would.
+TEST_CASE("a round that counts for two global steps applies two updates, as two rounds of one would") {
+  const optim::LrSchedule schedule{.peak_lr = 1e-2f, .warmup_steps = 4};
+  ReplicaFixture once, twice;
+  for (ReplicaFixture* f : {&once, &twice}) REQUIRE(f->backward(1, in_ms(10'000)).is_ok());
+  const auto taken_once = *once.replica.take_gradients();
+  const auto taken_twice = *twice.replica.take_gradients();
+  REQUIRE(taken_once.mean == taken_twice.mean);
+  REQUIRE(once.replica.apply_global_step(taken_once.mean, schedule, 2).is_ok());
+  REQUIRE(twice.replica.apply_global_step(taken_twice.mean, schedule, 1).is_ok());
+  REQUIRE(twice.replica.apply_global_step(taken_twice.mean, schedule, 1).is_ok());
+  CHECK(once.replica.step() == 2);
+  CHECK(once.replica.optimizer_steps() == 2);
+  CHECK(once.replica.params_hash() == twice.replica.params_hash());
+}
+
 TEST_CASE("the replica remembers a bounded number of microbatch ids, oldest forgotten first") {
   ReplicaFixture f;
   const uint64_t kept = SlowReplica::kRememberedMicrobatches;

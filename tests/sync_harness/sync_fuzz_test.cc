@@ -79,8 +79,12 @@ TEST_CASE("the fuzzer: 1,000 fault schedules keep one lineage, liveness, and eve
 //         (a membership of peers all gone; a benched leader; a looking peer ahead).
 //   1693, 5739: liveness; a newcomer serving the stage's state elected another
 //         leader than its stage-mates (broke while the others were being fixed).
+//   13775: the losing side of a split, its state ahead of the winners', waited for
+//          them to pass it and saw a second hash at its step.
+//   17707: a peer whose membership was all gone stepped alone while two restarted
+//          stage-mates loaded its state (both from the 20,000-schedule run).
 TEST_CASE("the fuzzer: seeds that once broke a check stay fixed") {
-  for (const uint64_t seed : {6482, 9676, 63259, 97474, 20787, 53787, 58666, 86740, 1693, 5739}) {
+  for (const uint64_t seed : {6482, 9676, 63259, 97474, 20787, 53787, 58666, 86740, 1693, 5739, 13775, 17707}) {
     CAPTURE(seed);
     const FuzzOutcome out = run_schedule(seed, FuzzOptions{});
     std::string text;
