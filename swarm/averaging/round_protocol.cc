@@ -290,12 +290,18 @@ void StageRounds::tick_serving(double now) {
   for (const auto& [id, j] : joiners_) {
     if (unreachable_.count(id) == 0 && !benched(id, now)) joiner_ids.insert(id);
   }
-  // A benched stage-mate still leads if the stage elects it: a member that chose
-  // another leader for it would refuse the leader its stage-mates follow, and a
-  // bench that outlasts the faults that earned it (fuzzer seed 53787) would keep
-  // the stage split between two leaders; only one that does not answer is passed over.
+  // A stage-mate benched for a contribution that never came still leads if the
+  // stage elects it: that bench is this member's own view of a round (its mates may
+  // not share it), and a member that chose another leader for it refused the leader
+  // its stage-mates followed, for as long as the bench outlasted the faults that
+  // earned it (fuzzer seed 53787). Passed over: one that does not answer, and one
+  // that began no round while the records showed the stage ready, which every
+  // member sees alike.
   StageView reachable = view_;
-  std::erase_if(reachable.mates, [&](const ProgressRecord& r) { return unreachable_.count(r.peer_id) != 0; });
+  std::erase_if(reachable.mates, [&](const ProgressRecord& r) {
+    auto it = bench_.find(r.peer_id);
+    return unreachable_.count(r.peer_id) != 0 || (it != bench_.end() && now < it->second.deposed_until);
+  });
   const std::string leader =
       choose_leader(reachable, config_.peer_id, step, replica_->params_hash(), joiner_ids, electing_membership());
   if (leader != leader_) {
@@ -306,7 +312,8 @@ void StageRounds::tick_serving(double now) {
   if (leader_ != config_.peer_id) {
     std::erase_if(joiners_, [](const auto& entry) { return entry.second.samples != kCommittedNotJoined; });
     if (leader_never_begins(now)) {
-      bench_[leader_].until = now + config_.stale_seconds;  // not escalated: it may only have been unlucky
+      Bench& b = bench_[leader_];
+      b.until = b.deposed_until = now + config_.stale_seconds;  // not escalated: it may only have been unlucky
       ++counters_.benched;
       events_.push_back({RoundEvent::Kind::aborted, step, 0, false, 0,
                          fmt::format("leader {} began no round while the stage held two global batches", leader_)});

@@ -204,7 +204,8 @@ class StageRounds {
   };
 
   struct Bench {
-    double until = 0;
+    double until = 0;           // kept out of rounds
+    double deposed_until = 0;   // and not followed as leader: it began none (leader_never_begins)
     int offenses = 0;
   };
   bool benched(const std::string& peer_id, double now) const;
