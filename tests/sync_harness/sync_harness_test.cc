@@ -122,6 +122,25 @@ TEST_CASE("a stage split by a stop and a blind view becomes one lineage once it 
   CHECK(steps_with_members(h, 2) > 0);
 }
 
+// The lowest id, a member, leads and its BEGINs never arrive: to its members it is a
+// leader that never begins. They pass it over (for a stale period at a time) and
+// the other two step. At fd08f99, which dropped every bench from the leader
+// choice, they chose it again at once, and the stage stopped for good.
+TEST_CASE("a leader whose rounds never begin is passed over, and the others step") {
+  Harness h({.seed = 5, .peers = 3});
+  h.run_for(8);
+  REQUIRE(h.stage_step() > 2);
+  h.add_fault({.op = RoundOp::begin, .from = 0, .start = h.now(), .drop = 1.0});
+  h.run_for(40);
+  const double rate = h.step_rate(h.now() - 20, h.now());
+  MESSAGE("steps/s in the last 20 s with the leader's BEGINs lost: ", rate);
+  CHECK(rate > 0.2);
+  CHECK(h.replica(1).params_hash() == h.replica(2).params_hash());
+  int led_by_p1 = 0;
+  for (const auto& e : h.events(1)) led_by_p1 += e.kind == RoundEvent::Kind::stepped && e.led;
+  CHECK(led_by_p1 > 0);
+}
+
 // Before: records were not republished during a round, lapsed, and the members vanished from each other.
 TEST_CASE("a round slower than the record TTL still completes and no member vanishes") {
   HarnessOptions options{.seed = 31, .peers = 3, .record_ttl = 6.0};
