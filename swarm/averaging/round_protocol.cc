@@ -225,20 +225,17 @@ bool StageRounds::earlier_life_settled(double now) const {
 
 void StageRounds::resync_finished(bool loaded, double now) {
   if (loaded && resync_target_) {
-    set_membership(std::set<std::string>(resync_target_->members.begin(), resync_target_->members.end()));
-    committed_group_ = resync_target_->donors.empty() ? 0 : resync_target_->donors.front().committed_group;
+    std::set<std::string> members(resync_target_->members.begin(), resync_target_->members.end());
+    uint64_t group = resync_target_->donors.empty() ? 0 : resync_target_->donors.front().committed_group;
     // A donor that stepped during the download handed over a newer state (vouched by
     // recent hashes): its membership is the one of the round that made that state,
     // not the target's. Members that disagree on it follow different leaders.
-    const ProgressRecord* at_loaded = nullptr;
-    for (const auto& r : view_.mates) {
-      if (r.step != replica_->step() || r.params_hash != replica_->params_hash() || r.committed_members.empty()) continue;
-      if (at_loaded == nullptr || r.published_at > at_loaded->published_at) at_loaded = &r;
+    if (const ProgressRecord* at_loaded = committed_at_my_state()) {
+      members = std::set<std::string>(at_loaded->committed_members.begin(), at_loaded->committed_members.end());
+      group = at_loaded->committed_group;
     }
-    if (at_loaded != nullptr) {
-      set_membership(std::set<std::string>(at_loaded->committed_members.begin(), at_loaded->committed_members.end()));
-      committed_group_ = at_loaded->committed_group;
-    }
+    set_membership(std::move(members));
+    committed_group_ = group;
   }
   resync_target_.reset();
   if (loaded) yielded_.reset();
@@ -381,6 +378,15 @@ std::set<std::string> StageRounds::present_voters(const StageView& here, const s
   return present;
 }
 
+// The stage-mates heard from lately, whatever the registry shows: this leader's
+// joiners, and members whose messages showed them at this step or past it.
+std::set<std::string> StageRounds::heard_lately() const {
+  std::set<std::string> heard;
+  for (const auto& [id, at] : heard_from_) heard.insert(id);
+  for (const auto& [id, j] : joiners_) heard.insert(id);
+  return heard;
+}
+
 // Whose members lead: the committed membership, or with none (a peer that came
 // back as a newcomer and serves the stage's state), the one the stage-mates that
 // hold this very state publish. Electing from its own view, it would follow the
@@ -388,29 +394,34 @@ std::set<std::string> StageRounds::present_voters(const StageView& here, const s
 // other's JOINs for good (fuzzer seeds 1693, 5739).
 std::set<std::string> StageRounds::electing_membership() const {
   if (!membership_.empty()) return membership_;
+  const ProgressRecord* at_my_state = committed_at_my_state();
+  if (at_my_state == nullptr) return {};
+  return std::set<std::string>(at_my_state->committed_members.begin(), at_my_state->committed_members.end());
+}
+
+// The freshest stage-mate's record at this replica's very state that names the
+// membership which committed it.
+const ProgressRecord* StageRounds::committed_at_my_state() const {
   const ProgressRecord* freshest = nullptr;
   for (const auto& r : view_.mates) {
     if (r.step != replica_->step() || r.params_hash != replica_->params_hash() || r.committed_members.empty()) continue;
     if (freshest == nullptr || r.published_at > freshest->published_at) freshest = &r;
   }
-  if (freshest == nullptr) return {};
-  return std::set<std::string>(freshest->committed_members.begin(), freshest->committed_members.end());
+  return freshest;
 }
 
 // The joiners a round takes now: benched ones only where the group would not be
 // a majority without them (a member that failed rounds while the network did
 // must not keep its stage from stepping once the network heals).
 std::set<std::string> StageRounds::round_joiners(double now) const {
-  std::set<std::string> all, unbenched, heard{config_.peer_id};
-  for (const auto& [id, at] : heard_from_) heard.insert(id);
+  std::set<std::string> all, unbenched;
   for (const auto& [id, j] : joiners_) {
-    heard.insert(id);
     if (j.samples == kCommittedNotJoined) continue;
     all.insert(id);
     if (!benched(id, now)) unbenched.insert(id);
   }
   const std::set<std::string> present =
-      present_voters(without_fallen_behind(view_, replica_->step(), last_round_at_), heard);
+      present_voters(without_fallen_behind(view_, replica_->step(), last_round_at_), heard_lately());
   std::set<std::string> group = unbenched;
   group.insert(config_.peer_id);
   return is_majority(group, present) ? unbenched : all;
@@ -441,7 +452,6 @@ bool StageRounds::ready_to_begin(double now) {
   if (holding_for_resync(now)) return false;
   const std::set<std::string> taken = round_joiners(now);
   std::set<std::string> group{config_.peer_id};
-  std::set<std::string> heard;
   std::vector<ProgressRecord> records;
   ProgressRecord own;
   own.peer_id = config_.peer_id;
@@ -450,9 +460,7 @@ bool StageRounds::ready_to_begin(double now) {
   own.samples_per_second = rate_;
   own.published_at = now;
   records.push_back(own);
-  for (const auto& [id, at] : heard_from_) heard.insert(id);
   for (const auto& [id, j] : joiners_) {
-    heard.insert(id);
     if (taken.count(id) == 0) continue;
     group.insert(id);
     ProgressRecord r;
@@ -464,7 +472,7 @@ bool StageRounds::ready_to_begin(double now) {
     records.push_back(r);
   }
   const StageView here = without_fallen_behind(view_, replica_->step(), last_round_at_);
-  if (!is_majority(group, present_voters(here, heard))) return false;
+  if (!is_majority(group, present_voters(here, heard_lately()))) return false;
   if (membership_.empty() && group.size() == 1 && view_.mates.empty() && now - started_at_ < config_.stale_seconds) {
     return false;
   }

@@ -235,6 +235,8 @@ class StageRounds {
   std::string address_of(const std::string& peer_id) const;
   std::set<std::string> genesis_membership() const;
   std::set<std::string> electing_membership() const;
+  const ProgressRecord* committed_at_my_state() const;
+  std::set<std::string> heard_lately() const;
   std::set<std::string> present_voters(const StageView& here, const std::set<std::string>& heard) const;
 
   Status on_join(const RoundMessage& m, double now);

@@ -320,15 +320,21 @@ TEST_CASE("the ledger follows every sample: into a round, then stepped, lost wit
   check_balanced();
 }
 
+// One backward accumulated and taken into a round, with requests that arrive
+// meanwhile waiting for its step (30 s at most).
+SlowReplica::Gradients open_round(ReplicaFixture& f) {
+  f.replica.wait_for_round_step(30);
+  REQUIRE(f.backward(1, in_ms(10'000)).is_ok());
+  return *f.replica.take_gradients();
+}
+
 // Without the wait, a backward that lands between take_gradients and the round's
 // step was computed at the weights before the step and applied after it: with 2
 // peers per stage, a third to a half of every global batch one step stale.
 TEST_CASE("a backward during a round waits for the round's step, so its gradient is taken at the new weights") {
   ReplicaFixture f;
   const optim::LrSchedule schedule{.peak_lr = 1e-2f};
-  f.replica.wait_for_round_step(30);
-  REQUIRE(f.backward(1, in_ms(10'000)).is_ok());
-  auto taken = *f.replica.take_gradients();
+  auto taken = open_round(f);
   const int calls_before = f.knobs->backward_calls.load();
   std::atomic<int64_t> computed_at{-1};
   std::thread during([&] {
@@ -363,9 +369,7 @@ TEST_CASE("a backward during a round waits for the round's step, so its gradient
 TEST_CASE("a forward during a round waits for the round's step too; an aborted round lets waiters go") {
   ReplicaFixture f;
   const optim::LrSchedule schedule{.peak_lr = 1e-2f};
-  f.replica.wait_for_round_step(30);
-  REQUIRE(f.backward(1, in_ms(10'000)).is_ok());
-  auto taken = *f.replica.take_gradients();
+  auto taken = open_round(f);
   std::mutex mu;
   std::condition_variable cv;
   int64_t forward_at = -1;
