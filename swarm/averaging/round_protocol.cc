@@ -1,6 +1,7 @@
 #include "swarm/averaging/round_protocol.h"
 
 #include <algorithm>
+#include <limits>
 #include <bit>
 #include <cmath>
 
@@ -326,6 +327,14 @@ void StageRounds::tick_serving(double now) {
     return;
   }
   if (ready_to_begin(now)) begin_round(now);
+}
+
+double StageRounds::join_due_at() const {
+  if (mode_ != Mode::serving || group_ || leader_.empty() || leader_ == config_.peer_id) {
+    return std::numeric_limits<double>::infinity();
+  }
+  const bool samples_changed = replica_->pending_samples() + (held_ ? held_->samples : 0) != last_join_samples_;
+  return samples_changed ? last_join_at_ + config_.join_on_samples_seconds : std::numeric_limits<double>::infinity();
 }
 
 void StageRounds::send_join(double now) {

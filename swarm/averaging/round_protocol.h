@@ -157,6 +157,9 @@ class StageRounds {
   // The record progress() returned was announced at `now`: a leader whose record
   // may have lapsed during its round does not commit it (see commit()).
   void published(double now);
+  // When a JOIN that join_on_samples_seconds held back falls due (infinity: none
+  // is): the driver ticks then, so a changed sample count never waits for a timer.
+  double join_due_at() const;
 
   Mode mode() const { return mode_; }
   bool serving() const { return mode_ == Mode::serving; }

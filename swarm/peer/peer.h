@@ -89,6 +89,7 @@ struct PeerConfig {
   // Stage synchronization; 0 keeps the solo mode above.
   int64_t global_batch_samples = 0;
   double progress_period_seconds = 0.2;
+  double sync_tick_seconds = 0.005;  // see StageSyncConfig::tick_seconds
   double progress_stale_seconds = 5.0;
   bool start_on_estimated_arrival = true;
   double gather_timeout_seconds = 2.0;
@@ -423,6 +424,7 @@ class Peer {
     c.peer_id = config_.peer_id;
     c.global_batch_samples = config_.global_batch_samples;
     c.progress_period_seconds = config_.progress_period_seconds;
+    c.tick_seconds = config_.sync_tick_seconds;
     c.progress_stale_seconds = config_.progress_stale_seconds;
     c.record_ttl_seconds = config_.announce_ttl_seconds;
     c.start_on_estimated_arrival = config_.start_on_estimated_arrival;

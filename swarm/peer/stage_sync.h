@@ -56,6 +56,9 @@ struct StageSyncConfig {
   int64_t global_batch_samples = 16;
   double progress_period_seconds = 0.2;  // publish progress and re-read stage-mates'
   double progress_stale_seconds = 5.0;   // a stage-mate silent this long is absent
+  // The sync thread ticks the protocol this often (timeouts, retries); a backward
+  // or a round message ticks it at once.
+  double tick_seconds = 0.005;
   double record_ttl_seconds = 5.0;
   bool start_on_estimated_arrival = true;
   double gather_timeout_seconds = 2.0;  // unused by the agreed rounds; kept for the flag
@@ -103,6 +106,10 @@ class StageSync {
     const RoundsConfig rounds = rounds_config();
     SWARM_RETURN_IF_ERROR(rounds.validate(config_.progress_period_seconds));
     SWARM_RETURN_IF_ERROR(config_.all_reduce.validate());
+    if (!(config_.tick_seconds > 0) || config_.tick_seconds > rounds.phase_timeout_seconds) {
+      return invalid_argument("the sync thread ticks every {} s: it must be > 0 and at most the {} s phase timeout "
+                              "its ticks enforce", config_.tick_seconds, rounds.phase_timeout_seconds);
+    }
     rounds_ = std::make_unique<StageRounds>(rounds, &port_, RoundCodec::of<Codecs>(config_.all_reduce.codec),
                                             registry_->now());
     (void)publish_progress();
@@ -156,7 +163,13 @@ class StageSync {
   }
 
   // A backward arrived: the protocol re-checks the global batch now, not at its next tick.
-  void wake() { cv_.notify_all(); }
+  void wake() {
+    {
+      std::lock_guard lock(mu_);
+      woken_ = true;
+    }
+    cv_.notify_all();
+  }
 
   // A round message from a stage-mate: checked, then handed to the protocol. The
   // error it returns is the sender's reply. `from`: who the transport authenticated.
@@ -178,6 +191,7 @@ class StageSync {
       std::lock_guard lock(mu_);
       if (!rounds_) return unavailable("peer {} has not started its rounds", config_.peer_id);
       received = rounds_->receive(*parsed, registry_->now());
+      woken_ = true;  // the protocol answers now: a JOIN may complete the batch, a BEGIN start the round
     }
     cv_.notify_all();
     return received;
@@ -294,7 +308,11 @@ class StageSync {
     while (true) {
       {
         std::unique_lock lock(mu_);
-        cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_; });
+        const double join_in = rounds_->join_due_at() - registry_->now();
+        // The floor keeps a JOIN that stays due (its leader has no address yet) from spinning the thread.
+        const double wait = std::clamp(join_in, std::min(0.002, config_.tick_seconds), config_.tick_seconds);
+        cv_.wait_for(lock, std::chrono::duration<double>(wait), [&] { return stopping_ || woken_; });
+        woken_ = false;
         if (stopping_ || flags_->dead) return;
       }
       update_rate();
@@ -532,6 +550,7 @@ class StageSync {
   std::unique_ptr<StageRounds> rounds_;
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool woken_ = false;  // a backward or a round message came: tick now
   bool leaving_ = false;
   bool left_ = false;
   std::condition_variable left_cv_;

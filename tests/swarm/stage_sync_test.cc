@@ -203,6 +203,49 @@ TEST_CASE("a 2-stage x 2-peer swarm matches single-process training on the same 
   CHECK(reference_losses.back() < reference_losses.front());
 }
 
+// The sync thread ticks only every half second here. A global step needs a
+// JOIN, a BEGIN, parts, DONEs and a COMMIT; were each held to the next tick, a
+// step would take a second or more, and every forward that arrives meanwhile
+// would run on the old weights (2 peers per stage: 90% of the first stage's
+// microbatches were a step stale between forward and backward, against 47% with
+// one peer per stage). A backward and a round message tick it at once.
+TEST_CASE("a backward or a round message ticks the stage's protocol at once, not at the sync thread's next tick") {
+  constexpr double kTick = 0.5;
+  constexpr int kTimedSteps = 5;
+  InProcessRegistry registry;
+  std::vector<std::unique_ptr<GptPeer>> owned;
+  std::vector<GptPeer*> peers;
+  for (const auto& [stage, id] : std::vector<std::pair<int, std::string>>{
+           {0, "tick-s0a"}, {0, "tick-s0b"}, {1, "tick-s1a"}, {1, "tick-s1b"}}) {
+    PeerConfig config = sync_config(stage, id);
+    config.sync_tick_seconds = kTick;
+    owned.push_back(start_peer(&registry, config));
+    peers.push_back(owned.back().get());
+  }
+  TrainerConfig trainer_config;
+  trainer_config.refresh_period_seconds = 0.05;
+  trainer_config.codec = CodecId::none;
+  RrTrainer trainer(trainer_config, std::vector<RoundRobinRouter>(2), &registry);
+  std::mt19937 rng(5);
+  auto train_step = [&](int step) {
+    for (int m = 0; m < kMicrobatches; ++m) {
+      Tensor tokens, targets;
+      pattern_batch(rng, kRows, &tokens, &targets);
+      auto outcome = trainer.run_microbatch(tokens, targets);
+      REQUIRE_MESSAGE(outcome.completed, outcome.abandon_reason);
+    }
+    REQUIRE_MESSAGE(wait_for_step(peers, step), "the swarm did not take global step " << step);
+  };
+  train_step(1);  // serving starts at a tick
+  const auto started = Clock::now();
+  for (int step = 2; step <= 1 + kTimedSteps; ++step) train_step(step);
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  MESSAGE(kTimedSteps << " global steps of 2 peers per stage in " << seconds << " s, the sync thread ticking every "
+                      << kTick << " s");
+  CHECK(seconds < kTimedSteps * kTick);  // less than one tick per step
+  for (GptPeer* p : peers) CHECK(p->stats().rounds_completed == 1 + kTimedSteps);
+}
+
 // A peer of a 4-bit activations, 8-bit gradients swarm.
 PeerConfig split_codecs_config(int stage, const std::string& id) {
   PeerConfig config = sync_config(stage, id);
