@@ -191,7 +191,9 @@ class StageSync {
       std::lock_guard lock(mu_);
       if (!rounds_) return unavailable("peer {} has not started its rounds", config_.peer_id);
       received = rounds_->receive(*parsed, registry_->now());
-      woken_ = true;  // the protocol answers now: a JOIN may complete the batch, a BEGIN start the round
+      // The protocol answers now: a JOIN may complete the batch, a BEGIN start the
+      // round. A refused message does not, or junk would spin the thread.
+      woken_ = woken_ || received.is_ok();
     }
     cv_.notify_all();
     return received;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -404,6 +405,31 @@ TEST_CASE("a newcomer catches up with a stage that steps faster than its records
   MESSAGE("rounds of the restarted peer: ", rounds_after_restart, ", downloads loaded ", h.stats().resyncs_loaded,
           ", failed ", h.stats().resyncs_failed);
   CHECK(rounds_after_restart > 30);  // 0 where a download waited for a vouch; 17-20 with no hold after a JOIN from behind
+  expect_clean(h);
+}
+
+// The driver sleeps until join_due_at() (or its tick): a follower whose samples
+// changed says its JOIN is due within the JOIN throttle, and a leader, which
+// sends no JOIN, never asks for a tick that way.
+TEST_CASE("a follower whose samples changed says when its held-back JOIN falls due; a leader never does") {
+  Harness h({.seed = 23, .peers = 3});
+  const double throttle = HarnessOptions::default_rounds().join_on_samples_seconds;
+  int due_seen = 0, too_late = 0, leader_due = 0;
+  for (int t = 0; t < 2000; ++t) {
+    h.run_for(0.01);
+    for (int i = 0; i < h.size(); ++i) {
+      const double due = h.rounds(i).join_due_at();
+      if (!std::isfinite(due)) continue;
+      ++due_seen;
+      if (due > h.now() + throttle + 1e-9) ++too_late;
+      if (h.rounds(i).leader() == h.id(i)) ++leader_due;
+    }
+  }
+  MESSAGE(due_seen << " follower ticks with a JOIN due, over 20 s");
+  CHECK(due_seen > 0);
+  CHECK(too_late == 0);
+  CHECK(leader_due == 0);
+  CHECK(h.stage_step() > 10);
   expect_clean(h);
 }
 
