@@ -101,6 +101,17 @@ bool wait_for_step(const std::vector<GptPeer*>& peers, int64_t step, double seco
   return true;
 }
 
+// One global batch of pattern microbatches through the trainer, then every peer at `step`.
+void train_global_step(RrTrainer& trainer, std::mt19937& rng, const std::vector<GptPeer*>& peers, int step) {
+  for (int m = 0; m < kMicrobatches; ++m) {
+    Tensor tokens, targets;
+    pattern_batch(rng, kRows, &tokens, &targets);
+    auto outcome = trainer.run_microbatch(tokens, targets);
+    REQUIRE_MESSAGE(outcome.completed, outcome.abandon_reason);
+  }
+  REQUIRE_MESSAGE(wait_for_step(peers, step), "the swarm did not take global step " << step);
+}
+
 std::vector<float> stage_parameters(Stage& stage) {
   std::vector<float> out;
   for (auto& view : stage.parameter_views()) {
@@ -227,18 +238,9 @@ TEST_CASE("a backward or a round message ticks the stage's protocol at once, not
   trainer_config.codec = CodecId::none;
   RrTrainer trainer(trainer_config, std::vector<RoundRobinRouter>(2), &registry);
   std::mt19937 rng(5);
-  auto train_step = [&](int step) {
-    for (int m = 0; m < kMicrobatches; ++m) {
-      Tensor tokens, targets;
-      pattern_batch(rng, kRows, &tokens, &targets);
-      auto outcome = trainer.run_microbatch(tokens, targets);
-      REQUIRE_MESSAGE(outcome.completed, outcome.abandon_reason);
-    }
-    REQUIRE_MESSAGE(wait_for_step(peers, step), "the swarm did not take global step " << step);
-  };
-  train_step(1);  // serving starts at a tick
+  train_global_step(trainer, rng, peers, 1);  // serving starts at a tick
   const auto started = Clock::now();
-  for (int step = 2; step <= 1 + kTimedSteps; ++step) train_step(step);
+  for (int step = 2; step <= 1 + kTimedSteps; ++step) train_global_step(trainer, rng, peers, step);
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   MESSAGE(kTimedSteps << " global steps of 2 peers per stage in " << seconds << " s, the sync thread ticking every "
                       << kTick << " s");
@@ -290,15 +292,7 @@ TEST_CASE("4-bit activations and 8-bit gradients: each crosses the wire in its c
   REQUIRE_MESSAGE(checked.is_ok(), checked.to_string());
 
   std::mt19937 rng(13);
-  for (int step = 1; step <= kSteps; ++step) {
-    for (int m = 0; m < kMicrobatches; ++m) {
-      Tensor tokens, targets;
-      pattern_batch(rng, kRows, &tokens, &targets);
-      auto outcome = trainer.run_microbatch(tokens, targets);
-      REQUIRE_MESSAGE(outcome.completed, outcome.abandon_reason);
-    }
-    REQUIRE_MESSAGE(wait_for_step(peers, step), "the swarm did not take global step " << step);
-  }
+  for (int step = 1; step <= kSteps; ++step) train_global_step(trainer, rng, peers, step);
   for (int s = 0; s < 2; ++s) {
     CHECK(peers[2 * s]->stats().params_hash == peers[2 * s + 1]->stats().params_hash);
     CHECK(peers[2 * s]->stats().global_step == kSteps);
