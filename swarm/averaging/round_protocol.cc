@@ -1,9 +1,9 @@
 #include "swarm/averaging/round_protocol.h"
 
 #include <algorithm>
-#include <limits>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -274,7 +274,7 @@ bool StageRounds::leader_never_begins(double now) const {
   if (now - std::max(following_since_, last_round_at_) < 2 * config_.phase_timeout_seconds + config_.stale_seconds) {
     return false;
   }
-  int64_t samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  int64_t samples = offered_samples();
   for (const auto& r : view_.mates) {
     if (r.step == replica_->step()) samples += r.samples;
   }
@@ -321,7 +321,7 @@ void StageRounds::tick_serving(double now) {
       leader_.clear();
       return;
     }
-    const bool samples_changed = replica_->pending_samples() + (held_ ? held_->samples : 0) != last_join_samples_;
+    const bool samples_changed = offered_samples() != last_join_samples_;
     const double since = now - last_join_at_;
     if (since >= config_.join_period_seconds ||
         (samples_changed && config_.join_on_samples_seconds > 0 && since >= config_.join_on_samples_seconds)) {
@@ -332,11 +332,13 @@ void StageRounds::tick_serving(double now) {
   if (ready_to_begin(now)) begin_round(now);
 }
 
+int64_t StageRounds::offered_samples() const { return replica_->pending_samples() + (held_ ? held_->samples : 0); }
+
 double StageRounds::join_due_at() const {
   if (mode_ != Mode::serving || group_ || leader_.empty() || leader_ == config_.peer_id) {
     return std::numeric_limits<double>::infinity();
   }
-  const bool samples_changed = replica_->pending_samples() + (held_ ? held_->samples : 0) != last_join_samples_;
+  const bool samples_changed = offered_samples() != last_join_samples_;
   return samples_changed ? last_join_at_ + config_.join_on_samples_seconds : std::numeric_limits<double>::infinity();
 }
 
@@ -345,7 +347,7 @@ void StageRounds::send_join(double now) {
   if (address.empty()) return;
   RoundMessage m = control(RoundOp::join);
   m.address = config_.address;
-  m.samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  m.samples = offered_samples();
   m.samples_per_second = rate_;
   m.params_hash = replica_->params_hash();
   last_join_samples_ = m.samples;
@@ -468,7 +470,7 @@ bool StageRounds::ready_to_begin(double now) {
   ProgressRecord own;
   own.peer_id = config_.peer_id;
   own.step = replica_->step();
-  own.samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  own.samples = offered_samples();
   own.samples_per_second = rate_;
   own.published_at = now;
   records.push_back(own);
@@ -1032,7 +1034,7 @@ ProgressRecord StageRounds::progress(double now) const {
   r.stage = config_.stage;
   r.published_at = now;
   r.step = replica_->step();
-  r.samples = replica_->pending_samples() + (held_ ? held_->samples : 0);
+  r.samples = offered_samples();
   r.samples_per_second = rate_;
   r.params_hash = replica_->params_hash();
   r.recent_hashes = replica_->recent_hashes();

@@ -214,6 +214,8 @@ class StageRounds {
   bool benched(const std::string& peer_id, double now) const;
   void bench(const std::vector<std::string>& peers, double now);
   bool leader_never_begins(double now) const;
+  // What this peer brings to its next round: its pending samples and those of an aborted attempt it holds.
+  int64_t offered_samples() const;
   std::set<std::string> round_joiners(double now) const;
   std::optional<VouchedState> committed_without_me(int64_t step) const;
   bool remembers_its_votes() const;
