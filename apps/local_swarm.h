@@ -50,6 +50,7 @@ struct LocalSwarmOptions {
   int64_t global_batch = 16;
   int step_every_samples = 16;
   double round_wait_seconds = 0.25;  // see PeerConfig::compute_waits_for_round_seconds
+  double forward_hold_seconds = 0.02;  // see PeerConfig::forward_waits_for_pending_seconds
   int checkpoint_every = 25;      // global steps between stage checkpoints (0: none)
   // Continue the run in this directory from its last checkpoints (its config.json
   // gives the model and swarm; --steps says where to stop).

@@ -299,6 +299,10 @@ int main(int argc, char** argv) {
                         "Samples per global step: peers of a stage average gradients and step together "
                         "(-1: microbatch x microbatches-per-step x trainers; 0: solo mode, no averaging)")
       ->capture_default_str();
+  local_cmd->add_option("--forward-hold", local.forward_hold_seconds,
+                        "With global steps, seconds a forward that arrives while gradients wait for a round here waits for a round to take them, so it runs on the weights that round produces (0: never)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
   local_cmd->add_option("--round-wait", local.round_wait_seconds,
                         "Seconds a forward or backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
       ->check(CLI::Range(0.0, 60.0))
@@ -356,6 +360,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   peer_cmd->add_option("--lr", peer.learning_rate, "Learning rate")->capture_default_str();
   peer_cmd->add_option("--warmup", peer.warmup_steps, "Warm-up optimizer steps")->capture_default_str();
+  peer_cmd->add_option("--forward-hold", peer.forward_hold_seconds,
+                        "With global steps, seconds a forward that arrives while gradients wait for a round here waits for a round to take them, so it runs on the weights that round produces (0: never)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
   peer_cmd->add_option("--round-wait", peer.round_wait_seconds,
                        "Seconds a forward or backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
       ->check(CLI::Range(0.0, 60.0))

@@ -156,6 +156,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.warmup_steps = options.warmup_steps;
   config.step_every_samples = options.step_every_samples;
   config.compute_waits_for_round_seconds = options.round_wait_seconds;
+  config.forward_waits_for_pending_seconds = options.forward_hold_seconds;
   config.max_batch = options.max_batch;
   const Result<WireCodecs> codecs = parse_wire_codecs(options.codec, options.gradient_codec);
   if (!codecs.is_ok()) {

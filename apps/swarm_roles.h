@@ -53,6 +53,7 @@ struct PeerRoleOptions {
   int warmup_steps = 20;
   int step_every_samples = 16;
   double round_wait_seconds = 0.25;  // see PeerConfig::compute_waits_for_round_seconds
+  double forward_hold_seconds = 0.02;  // see PeerConfig::forward_waits_for_pending_seconds
   int max_batch = 1;
   std::string codec = "8bit";  // activations and all-reduce parts
   std::string gradient_codec;  // the backward's gradients; empty: codec

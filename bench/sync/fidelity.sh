@@ -2,11 +2,13 @@
 # Fidelity at equal tokens: the default main job (2 peers per stage) against one
 # peer per stage, seeds 1-3, runs alternated so machine load falls on both alike.
 # Prints every run's validation loss and wall time, then the means, spreads and ratios.
+# Arguments after OUT_DIR go to every run (both setups alike), e.g. --global-batch 32.
 #
-#   ./bazelw build //apps:swarm && bench/sync/fidelity.sh OUT_DIR
+#   ./bazelw build //apps:swarm && bench/sync/fidelity.sh OUT_DIR [SWARM_LOCAL_ARGS...]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-out=${1:?usage: fidelity.sh OUT_DIR}
+out=${1:?usage: fidelity.sh OUT_DIR [SWARM_LOCAL_ARGS...]}
+shift
 swarm=${SWARM:-bazel-bin/apps/swarm}
 mkdir -p "$out"
 results="$out/results.tsv"
@@ -16,7 +18,7 @@ for seed in 1 2 3; do
     run="$out/seed$seed-pps$pps"
     rm -rf "$run"
     start=$(date +%s.%N)
-    "$swarm" local --run-dir "$run" --seed "$seed" --peers-per-stage "$pps" >"$run.log" 2>&1
+    "$swarm" local --run-dir "$run" --seed "$seed" --peers-per-stage "$pps" "$@" >"$run.log" 2>&1
     wall=$(echo "$(date +%s.%N) - $start" | bc)
     loss=$(grep -oP 'validation loss \K[0-9.]+' "$run.log" | tail -1)
     steps=$(grep -oP '^stages: global steps \K[0-9,]+' "$run.log")

@@ -72,6 +72,9 @@ struct PeerConfig {
   int64_t step_every_samples = 16;
   // A forward or backward that arrives during a round waits this long at most for its step (Replica::wait_for_round_step).
   double compute_waits_for_round_seconds = 0.25;
+  // With global steps, a forward that arrives while gradients here wait for a round
+  // waits this long at most for a round to take them (Replica::hold_forwards_for_pending).
+  double forward_waits_for_pending_seconds = 0.02;
   // Activations and all-reduce parts travel in this codec.
   CodecId codec = CodecId::blockwise8;
   // The backward's output and input gradients; unset: codec (see protocol::StageSpec).
@@ -283,6 +286,7 @@ class Peer {
     parts->index = index;
     parts->replica = std::make_shared<Replica<S>>(index, std::move(*stage), config_.optimizer);
     parts->replica->wait_for_round_step(config_.compute_waits_for_round_seconds);
+    if (global_mode()) parts->replica->hold_forwards_for_pending(config_.forward_waits_for_pending_seconds);
     parts->service =
         std::make_unique<StageService<S, Codecs>>(service_options(), parts->replica, &stats_, service_hooks(parts.get()));
     return parts;

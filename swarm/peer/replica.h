@@ -99,16 +99,19 @@ class Replica {
   bool takes_targets() const { return stage_.takes_targets(); }
 
   // Runs f(stage) alone with the stage (the batcher stacks requests inside it).
-  // A forward, like a backward, waits for a round's step (wait_for_round_step).
+  // A forward, like a backward, waits for a round's step (wait_for_round_step),
+  // and first for a round to take the gradients pending here (hold_forwards_for_pending).
   template <typename F>
   auto exclusive(F&& f) {
     std::unique_lock lock(mu_);
+    await_pending_taken(lock);
     await_round_step(lock);
     return f(stage_);
   }
 
   Result<Tensor> forward(const TensorView& input, const TensorView* targets) {
     std::unique_lock lock(mu_);
+    await_pending_taken(lock);
     await_round_step(lock);
     return stage_.forward(input, targets);
   }
@@ -170,6 +173,7 @@ class Replica {
     std::lock_guard lock(mu_);
     (void)stage_.zero_grad();
     accumulated_microbatches_ = 0;
+    round_step_cv_.notify_all();  // nothing pending to hold forwards for
     change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_lost_moved); });
   }
 
@@ -183,6 +187,20 @@ class Replica {
   void wait_for_round_step(double seconds) {
     std::lock_guard lock(mu_);
     round_wait_seconds_ = seconds;
+  }
+
+  // A forward that arrives while gradients accumulated here wait for a round
+  // waits, up to `seconds`, for a round to take them (and then for its step): its
+  // activations, and the next stage's gradient that follows them, come from the
+  // weights that round produces, not the ones it replaces. Without it about half
+  // the main job's microbatches ran their forward one global step before their
+  // backward, and more (58%) with 2 peers per stage, whose rounds form over the
+  // network; with a 20 ms hold both setups ended lower (bench/sync/fidelity.sh,
+  // README "Fidelity"). A short hold bounds what a slow round costs each forward.
+  // Only for global steps: in solo mode no round ever takes them. 0: never wait.
+  void hold_forwards_for_pending(double seconds) {
+    std::lock_guard lock(mu_);
+    pending_hold_seconds_ = seconds;
   }
 
   struct Gradients {
@@ -200,6 +218,7 @@ class Replica {
                            flatten_gradients(stage_, static_cast<double>(accumulated_microbatches_)));
     Gradients out{std::move(mean), sample_ledger().samples_pending, params_hash_};
     in_round_ = true;
+    round_step_cv_.notify_all();  // forwards held for the pending gradients go on to wait for the step
     (void)stage_.zero_grad();
     accumulated_microbatches_ = 0;
     change_ledger([](protocol::SampleLedger& l) { move_samples(l.samples_pending, l.samples_in_round); });
@@ -324,6 +343,13 @@ class Replica {
     from = 0;
   }
 
+  void await_pending_taken(std::unique_lock<std::mutex>& lock) {
+    if (accumulated_microbatches_ > 0 && !in_round_ && pending_hold_seconds_ > 0) {
+      round_step_cv_.wait_for(lock, std::chrono::duration<double>(pending_hold_seconds_),
+                              [&] { return accumulated_microbatches_ == 0 || in_round_; });
+    }
+  }
+
   void await_round_step(std::unique_lock<std::mutex>& lock) {
     if (in_round_ && round_wait_seconds_ > 0) {
       round_step_cv_.wait_for(lock, std::chrono::duration<double>(round_wait_seconds_), [&] { return !in_round_; });
@@ -412,6 +438,7 @@ class Replica {
   const int stage_index_;
   mutable std::mutex mu_;
   std::condition_variable round_step_cv_;  // a round's step (or failure) ended in_round_
+  double pending_hold_seconds_ = 0;        // see hold_forwards_for_pending
   bool in_round_ = false;                  // take_gradients ran; its step has not
   double round_wait_seconds_ = 0;
   S stage_;

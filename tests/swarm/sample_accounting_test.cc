@@ -397,6 +397,49 @@ TEST_CASE("a forward during a round waits for the round's step too; an aborted r
   CHECK(Clock::now() - start < 10s);
 }
 
+// Before: a forward that came while the replica held gradients for the next round
+// ran at once, on the weights that round was about to replace (58% of the 2-peer
+// main job's microbatches ran their forward a global step before their backward).
+TEST_CASE("a forward waits, briefly, for a round to take the gradients pending here, then for its step") {
+  ReplicaFixture f;
+  const optim::LrSchedule schedule{.peak_lr = 1e-2f};
+  f.replica.wait_for_round_step(30);
+  f.replica.hold_forwards_for_pending(30);
+  REQUIRE(f.backward(1, in_ms(10'000)).is_ok());  // pending, no round yet
+  std::mutex mu;
+  std::condition_variable cv;
+  int64_t forward_at = -1;
+  std::thread during([&] {
+    CHECK(f.replica.forward(f.input, nullptr).is_ok());
+    std::lock_guard lock(mu);
+    forward_at = f.replica.step();
+    cv.notify_all();
+  });
+  {
+    std::unique_lock lock(mu);
+    CHECK_FALSE(cv.wait_until(lock, Clock::now() + 300ms, [&] { return forward_at >= 0; }));
+  }
+  const auto taken = *f.replica.take_gradients();
+  {
+    std::unique_lock lock(mu);  // taken, not stepped: it waits on, now for the step
+    CHECK_FALSE(cv.wait_until(lock, Clock::now() + 100ms, [&] { return forward_at >= 0; }));
+  }
+  REQUIRE(f.replica.apply_global_step(taken.mean, schedule).is_ok());
+  during.join();
+  CHECK(forward_at == 1);
+
+  // Nothing pending: no wait. Pending with no round coming: only as long as the bound.
+  auto start = Clock::now();
+  CHECK(f.replica.forward(f.input, nullptr).is_ok());
+  CHECK(Clock::now() - start < 10s);
+  f.replica.hold_forwards_for_pending(0.2);
+  REQUIRE(f.backward(2, in_ms(10'000)).is_ok());
+  start = Clock::now();
+  CHECK(f.replica.forward(f.input, nullptr).is_ok());
+  CHECK(Clock::now() - start >= 200ms);
+  CHECK(f.replica.step() == 1);
+}
+
 // Before: a round of two global batches applied one update at the second's
 // learning rate, moving the stage as far as one batch would.
 TEST_CASE("a round that counts for two global steps applies two updates, as two rounds of one would") {
