@@ -322,6 +322,36 @@ TEST_CASE("the ledger follows every sample: into a round, then stepped, lost wit
 
 // One backward accumulated and taken into a round, with requests that arrive
 // meanwhile waiting for its step (30 s at most).
+// A forward on its own thread, and the global step the replica was at when it returned.
+class ForwardInThread {
+ public:
+  explicit ForwardInThread(ReplicaFixture& f)
+      : thread_([this, &f] {
+          CHECK(f.replica.forward(f.input, nullptr).is_ok());
+          std::lock_guard lock(mu_);
+          step_ = f.replica.step();
+          cv_.notify_all();
+        }) {}
+  ~ForwardInThread() {
+    if (thread_.joinable()) thread_.join();
+  }
+  bool returned_within(Clock::duration wait) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_until(lock, Clock::now() + wait, [&] { return step_ >= 0; });
+  }
+  int64_t step_seen() {  // waits for it to return
+    thread_.join();
+    std::lock_guard lock(mu_);
+    return step_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t step_ = -1;
+  std::thread thread_;  // last: it starts once the members above exist
+};
+
 SlowReplica::Gradients open_round(ReplicaFixture& f) {
   f.replica.wait_for_round_step(30);
   REQUIRE(f.backward(1, in_ms(10'000)).is_ok());
@@ -370,22 +400,10 @@ TEST_CASE("a forward during a round waits for the round's step too; an aborted r
   ReplicaFixture f;
   const optim::LrSchedule schedule{.peak_lr = 1e-2f};
   auto taken = open_round(f);
-  std::mutex mu;
-  std::condition_variable cv;
-  int64_t forward_at = -1;
-  std::thread during([&] {
-    CHECK(f.replica.forward(f.input, nullptr).is_ok());
-    std::lock_guard lock(mu);
-    forward_at = f.replica.step();
-    cv.notify_all();
-  });
-  {
-    std::unique_lock lock(mu);
-    CHECK_FALSE(cv.wait_until(lock, Clock::now() + 300ms, [&] { return forward_at >= 0; }));
-  }
+  ForwardInThread during(f);
+  CHECK_FALSE(during.returned_within(300ms));
   REQUIRE(f.replica.apply_global_step(taken.mean, schedule).is_ok());
-  during.join();
-  CHECK(forward_at == 1);
+  CHECK(during.step_seen() == 1);
 
   // A round that ends without a step keeps its gradient for the next attempt, and
   // lets the work waiting on it go at once, not after the bound.
@@ -406,27 +424,12 @@ TEST_CASE("a forward waits, briefly, for a round to take the gradients pending h
   f.replica.wait_for_round_step(30);
   f.replica.hold_forwards_for_pending(30);
   REQUIRE(f.backward(1, in_ms(10'000)).is_ok());  // pending, no round yet
-  std::mutex mu;
-  std::condition_variable cv;
-  int64_t forward_at = -1;
-  std::thread during([&] {
-    CHECK(f.replica.forward(f.input, nullptr).is_ok());
-    std::lock_guard lock(mu);
-    forward_at = f.replica.step();
-    cv.notify_all();
-  });
-  {
-    std::unique_lock lock(mu);
-    CHECK_FALSE(cv.wait_until(lock, Clock::now() + 300ms, [&] { return forward_at >= 0; }));
-  }
+  ForwardInThread during(f);
+  CHECK_FALSE(during.returned_within(300ms));
   const auto taken = *f.replica.take_gradients();
-  {
-    std::unique_lock lock(mu);  // taken, not stepped: it waits on, now for the step
-    CHECK_FALSE(cv.wait_until(lock, Clock::now() + 100ms, [&] { return forward_at >= 0; }));
-  }
+  CHECK_FALSE(during.returned_within(100ms));  // taken, not stepped: it waits on, now for the step
   REQUIRE(f.replica.apply_global_step(taken.mean, schedule).is_ok());
-  during.join();
-  CHECK(forward_at == 1);
+  CHECK(during.step_seen() == 1);
 
   // Nothing pending: no wait. Pending with no round coming: only as long as the bound.
   auto start = Clock::now();
