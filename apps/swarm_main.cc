@@ -181,6 +181,18 @@ void add_secret_option(CLI::App* command, std::string* secret) {
                       "empty: plaintext)");
 }
 
+// How long a peer's compute waits for its stage's rounds (swarm local passes them to every peer).
+void add_wait_options(CLI::App* command, double* round_wait, double* forward_hold) {
+  command->add_option("--forward-hold", *forward_hold,
+                      "With global steps, seconds a forward that arrives while gradients wait for a round here waits for a round to take them, so it runs on the weights that round produces (0: never)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+  command->add_option("--round-wait", *round_wait,
+                      "Seconds a forward or backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
+}
+
 // The empty default sends gradients in the --codec.
 void add_codec_options(CLI::App* command, std::string* codec, std::string* gradient_codec) {
   command->add_option("--codec", *codec, "Codec of activations and all-reduce parts (and of gradients by default)")
@@ -299,14 +311,7 @@ int main(int argc, char** argv) {
                         "Samples per global step: peers of a stage average gradients and step together "
                         "(-1: microbatch x microbatches-per-step x trainers; 0: solo mode, no averaging)")
       ->capture_default_str();
-  local_cmd->add_option("--forward-hold", local.forward_hold_seconds,
-                        "With global steps, seconds a forward that arrives while gradients wait for a round here waits for a round to take them, so it runs on the weights that round produces (0: never)")
-      ->check(CLI::Range(0.0, 60.0))
-      ->capture_default_str();
-  local_cmd->add_option("--round-wait", local.round_wait_seconds,
-                        "Seconds a forward or backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
-      ->check(CLI::Range(0.0, 60.0))
-      ->capture_default_str();
+  add_wait_options(local_cmd, &local.round_wait_seconds, &local.forward_hold_seconds);
   local_cmd->add_option("--step-every", local.step_every_samples,
                         "Solo mode only (--global-batch 0): samples between a peer's local optimizer steps")
       ->capture_default_str();
@@ -360,14 +365,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   peer_cmd->add_option("--lr", peer.learning_rate, "Learning rate")->capture_default_str();
   peer_cmd->add_option("--warmup", peer.warmup_steps, "Warm-up optimizer steps")->capture_default_str();
-  peer_cmd->add_option("--forward-hold", peer.forward_hold_seconds,
-                        "With global steps, seconds a forward that arrives while gradients wait for a round here waits for a round to take them, so it runs on the weights that round produces (0: never)")
-      ->check(CLI::Range(0.0, 60.0))
-      ->capture_default_str();
-  peer_cmd->add_option("--round-wait", peer.round_wait_seconds,
-                       "Seconds a forward or backward that arrives during its stage's all-reduce round waits for the round's step, so its gradient is taken at the weights it is applied to (0: never)")
-      ->check(CLI::Range(0.0, 60.0))
-      ->capture_default_str();
+  add_wait_options(peer_cmd, &peer.round_wait_seconds, &peer.forward_hold_seconds);
   peer_cmd->add_option("--step-every", peer.step_every_samples, "Samples between optimizer steps")
       ->capture_default_str();
   peer_cmd->add_option("--max-batch", peer.max_batch, "Run up to this many concurrent forwards as one batch")
