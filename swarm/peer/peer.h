@@ -541,6 +541,7 @@ class Peer {
     const PeerStats s = stats();
     protocol::RefusalCounts counts{{"validation", s.rejected},
                                    {"spec", s.spec_refused},
+                                   {"loss_gradient", s.loss_gradient_refused},
                                    {"parts", s.parts_refused},
                                    {"contributions_ignored", s.contributions_ignored},
                                    {"states", s.states_refused},

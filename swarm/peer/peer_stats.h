@@ -21,6 +21,7 @@ struct PeerStats {
   int64_t optimizer_steps = 0;
   int64_t rejected = 0;         // requests refused by validation
   int64_t spec_refused = 0;     // stage requests check_request refused (spec, codec, no microbatch id or deadline)
+  int64_t loss_gradient_refused = 0;  // loss-stage backwards whose d_loss was not the protocol's (kLossGradient)
   int64_t forward_batches = 0;  // stage calls that served forward requests
   double throughput = 0;        // samples per second of compute, smoothed
   // Stage synchronization.

@@ -101,7 +101,8 @@ class StageService {
                                 options_.max_request_rows);
     }
     if (!call.is_ok()) {
-      stats_->update([](PeerStats& s) { ++s.spec_refused; });
+      const bool steering = call.status().code() == StatusCode::permission_denied;
+      stats_->update([steering](PeerStats& s) { ++(steering ? s.loss_gradient_refused : s.spec_refused); });
       return error(call.status());
     }
     // A refusal changed the replica's ledger: wake whoever waits on the stats.

@@ -68,6 +68,20 @@ Status check_reply_codec(const wire::MessageHeader& header, const StageSpec& spe
   return Status::ok();
 }
 
+// Compares the value, not the bits: -0 or a NaN payload are refused like any
+// other steering value, and exactly kLossGradient passes.
+Status check_loss_gradient(const wire::DecodedTensor& d_loss, const StageSpec& spec) {
+  float value = 0;
+  const bool scalar = d_loss.dtype == DType::f32 && d_loss.codec == CodecId::none && d_loss.shape.numel() == 1 &&
+                      d_loss.payload.size() == sizeof(value);
+  if (scalar) std::memcpy(&value, d_loss.payload.data(), sizeof(value));
+  if (!scalar || value != kLossGradient) {
+    return permission_denied("stage {}: d_loss is fixed at {} by the protocol; this backward sends {}", spec.stage,
+                             kLossGradient, scalar ? fmt::format("{}", value) : std::string("another tensor"));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 CodecId codec_for(const StageSpec& spec, TensorRole role) {
@@ -183,6 +197,7 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   if (call.is_backward()) {
     call.grad_output = &message.tensors[next++];
     SWARM_RETURN_IF_ERROR(check_codec(*call.grad_output, spec, TensorRole::grad_output));
+    if (spec.io.targets) SWARM_RETURN_IF_ERROR(check_loss_gradient(*call.grad_output, spec));
     if (!spec.io.targets && !is_leading_match(call.grad_output->shape, call.input->shape)) {
       return invalid_argument("stage {}: output gradient {} does not match input {}", spec.stage,
                               call.grad_output->shape.to_string(), call.input->shape.to_string());

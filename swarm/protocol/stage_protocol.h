@@ -90,6 +90,11 @@ struct StageRequest {
   int64_t deadline_unix_ms = 0;                    // never 0 on the wire
 };
 
+// The loss stage's output gradient (d_loss): the protocol fixes it, so a trainer
+// cannot scale or flip the gradient of every stage below (check_request refuses any
+// other value with permission_denied).
+inline constexpr float kLossGradient = 1.0f;
+
 // A peer holds no work longer than this: a deadline further ahead is refused.
 constexpr int64_t kMaxDeadlineAheadMs = int64_t{10} * 60 * 1000;
 
@@ -180,7 +185,8 @@ Result<wire::Frames> encode_request(const StageRequest& request, int stage, Code
 // reply_codec_for), that targets and grad_output match the input's batch, and that
 // a microbatch id and a deadline are present, before the peer computes anything
 // (the deadline's value is for check_deadline). invalid_argument names the first
-// mismatch.
+// mismatch; permission_denied, a loss-stage backward whose d_loss is not
+// kLossGradient (well formed, but steering).
 Result<StageCall> check_request(const wire::DecodedMessage& message, const StageSpec& spec);
 
 Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageReply& reply);

@@ -337,7 +337,7 @@ class Trainer {
     // The last stage's forward and backward are one request: its reply is
     // [input gradient, loss], which saves a forward and a round trip.
     Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
-    d_loss.data<float>()[0] = 1.0f;
+    d_loss.data<float>()[0] = protocol::kLossGradient;
     wire::EncodedTensor grad = protocol::raw_tensor(d_loss);
     for (int s = last; s >= 0; --s) {
       auto request = make_request(wire::MessageKind::backward, microbatch, inputs[s], grad,

@@ -46,7 +46,7 @@ TEST_CASE("junk round messages from a member cannot freeze its stage") {
   const RunEnd& clean = clean_run();
   HostileRun run("hostile-rounds-junk");
   Attacker& attacker = *run.attacker;
-  const std::vector<LivePeer> targets = run.stage0_peers();
+  const std::vector<LivePeer> targets = run.watched_peers();
   std::map<std::string, protocol::RefusalCounts> before_counts;
   for (const auto& peer : targets) before_counts[peer.id] = refusals_of(attacker, peer);
 
@@ -66,7 +66,7 @@ TEST_CASE("junk round messages from a member cannot freeze its stage") {
     const size_t i = ticks++;
     if (Clock::now() - read_at > 200ms) {
       read_at = Clock::now();
-      if (StageNow read = stage_now(attacker, run.stage0); read.step >= 0) now = read;
+      if (StageNow read = stage_now(attacker, run.watched); read.step >= 0) now = read;
     }
     const LivePeer& target = targets[i % targets.size()];
     Junk junk = maker.next(target.id, now);
@@ -135,7 +135,7 @@ TEST_CASE("a member that JOINs with the stage's own step and hash, then sends no
   // The attack's pace: JOINs some 20 times a second, as a member re-JOINs.
   PeriodicTask joiner;
   joiner.start(0.05, [&] {
-    for (const auto& [id, r] : attacker.progress_of(0, run.stage0)) {
+    for (const auto& [id, r] : attacker.progress_of(0, run.watched)) {
       for (const auto& name : names) {
         RoundMessage m;
         m.op = RoundOp::join;
@@ -181,7 +181,7 @@ TEST_CASE("a flood of parts in the leader's name at the current step cannot free
   const RunEnd& clean = clean_run();
   HostileRun run("hostile-rounds-early", /*stage0_peers=*/3);
   Attacker& attacker = *run.attacker;
-  const std::vector<LivePeer> targets = run.stage0_peers();
+  const std::vector<LivePeer> targets = run.watched_peers();
   const RoundCodec codec = RoundCodec::of<compression::StandardCodecs>(CodecId::blockwise8);
 
   run.wait_until_steady();
@@ -204,7 +204,7 @@ TEST_CASE("a flood of parts in the leader's name at the current step cannot free
     const size_t i = ticks++;
     if (Clock::now() - read_at > 100ms) {
       read_at = Clock::now();
-      now = stage_now(attacker, run.stage0);
+      now = stage_now(attacker, run.watched);
     }
     const LivePeer& target = targets[i % targets.size()];
     if (target.id == now.leader || now.step < 0) return;

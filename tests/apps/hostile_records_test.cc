@@ -50,13 +50,13 @@ TEST_CASE("a forged progress record at step 2^40 cannot freeze its stage") {
   forged.samples_per_second = 1000;
   forged.state = ProgressRecord::State::serving;
   forged.committed_group = 0x1234567;
-  forged.committed_members.assign(run.stage0.begin(), run.stage0.end());
+  forged.committed_members.assign(run.watched.begin(), run.watched.end());
   forged.committed_members.push_back(attacker.id);
   std::sort(forged.committed_members.begin(), forged.committed_members.end());
   forged.stage_mates_seen = 2;
   forged.recent_hashes = {{kFarStep - 1, 0x5eedbadc0ffef}, {kFarStep, forged.params_hash}};
   std::map<std::string, protocol::RefusalCounts> at_start;
-  for (const auto& peer : run.stage0_peers()) at_start[peer.id] = refusals_of(attacker, peer);
+  for (const auto& peer : run.watched_peers()) at_start[peer.id] = refusals_of(attacker, peer);
   std::atomic<int64_t> announced{0};
   Window during;
   {
@@ -68,7 +68,7 @@ TEST_CASE("a forged progress record at step 2^40 cannot freeze its stage") {
     // The attack has landed once every stage-0 peer has read the record and refused
     // to follow it (its unvouched_ahead counter grew since the forger started).
     const bool landed = run.wait([&] {
-      for (const auto& peer : run.stage0_peers()) {
+      for (const auto& peer : run.watched_peers()) {
         if (refusals_of(attacker, peer)["unvouched_ahead"] <= at_start[peer.id]["unvouched_ahead"]) return false;
       }
       return true;
@@ -83,7 +83,7 @@ TEST_CASE("a forged progress record at step 2^40 cannot freeze its stage") {
   REQUIRE_MESSAGE(run.wait([&] { return run.attacker_record_lapsed(); }, 15s), "the forged record never lapsed");
   const Window after = run.measure("after");
 
-  for (const auto& peer : run.stage0_peers()) {
+  for (const auto& peer : run.watched_peers()) {
     const int64_t unvouched = refusals_of(attacker, peer).at("unvouched_ahead") - at_start[peer.id]["unvouched_ahead"];
     MESSAGE("peer " << peer.id << " counted " << unvouched << " unvouched records ahead");
     CHECK(unvouched > 0);
@@ -102,7 +102,7 @@ TEST_CASE("a forged progress record at the stage's own step and hash, under a lo
   HostileRun run("hostile-rounds-lead");
   Attacker& attacker = *run.attacker;
   MalloryServer hole(attacker.credentials, /*answer_ok=*/true);
-  REQUIRE(attacker.id < *run.stage0.begin());  // "mallory." sorts before "p00.": the leader, if believed
+  REQUIRE(attacker.id < *run.watched.begin());  // "mallory." sorts before "p00.": the leader, if believed
 
   run.wait_until_steady();
   const Window before = run.measure("before");
@@ -114,7 +114,7 @@ TEST_CASE("a forged progress record at the stage's own step and hash, under a lo
     // A copy of the stage's newest record, re-announced as the stage moves.
     PeriodicTask forger;
     forger.start(0.1, [&] {
-      auto records = attacker.progress_of(0, run.stage0);
+      auto records = attacker.progress_of(0, run.watched);
       if (records.empty()) return;
       ProgressRecord forged = std::max_element(records.begin(), records.end(), [](const auto& a, const auto& b) {
                                 return a.second.step < b.second.step;
@@ -132,7 +132,7 @@ TEST_CASE("a forged progress record at the stage's own step and hash, under a lo
     // (every 0.2 s): at the step the stage is at now, or within one.
     const bool landed = run.wait([&] {
       const auto copy = attacker.progress_of(0, {attacker.id});
-      return !copy.empty() && copy.begin()->second.step + 1 >= run.stage0_step();
+      return !copy.empty() && copy.begin()->second.step + 1 >= run.watched_step();
     }, 10s);
     REQUIRE_MESSAGE(landed, "the registry never returned the forged copy at the stage's step");
     during = run.measure("during");

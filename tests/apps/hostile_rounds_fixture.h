@@ -4,10 +4,11 @@
 // what it is meant to do: stop the stage, or spoil its training. A secured swarm (a
 // bootstrap node, two stages of `swarm peer` processes, a `swarm trainer`, all holding
 // the secret) trains a fixed kTrainerSteps steps while the test, a member with its own
-// identity, attacks stage 0. Each test then checks:
-//   - stage 0's global step rate, in three windows (before the attack, during it,
+// identity, attacks a stage (stage 0 unless the test watches stage 1). Each test
+// then checks:
+//   - the attacked stage's global step rate, in three windows (before the attack, during it,
 //     after it stops): during and after each hold kHeldFraction of before;
-//   - the stage-0 replicas agree at the end: the same step (within one) and, for
+//   - its replicas agree at the end: the same step (within one) and, for
 //     every step two of them published, the same parameters hash;
 //   - the run's final validation loss is within kLossTolerance of a clean run's (the
 //     same swarm, seed and steps, nobody attacking), run once per test binary.
@@ -118,6 +119,7 @@ inline constexpr double kLossTolerance = 0.15;
 // One stage's global step rate over a window.
 struct Window {
   const char* name = "";
+  int stage = 0;
   double seconds = 0;
   int64_t from = 0, to = 0;
   double rate() const { return seconds > 0 ? static_cast<double>(to - from) / seconds : 0; }
@@ -153,11 +155,14 @@ struct HostileRun {
   double trainer_ended_at = 0;  // on the registry's clock, once finish_training reaped it
   std::unique_ptr<Attacker> attacker;
   std::map<std::string, LivePeer> peers;  // by peer id
-  std::set<std::string> stage0;            // the honest stage-0 peer ids
-  int64_t last_step = 0;                   // stage 0's, as last sampled
+  int watched_stage = 0;                   // the attacked stage, whose rate and replicas are checked
+  std::set<std::string> watched;           // its honest peer ids
+  int64_t last_step = 0;                   // its global step, as last sampled
 
-  // `stage0_peers` serve stage 0 (p00, p01, ...), two serve stage 1 (p10, p11).
-  explicit HostileRun(const std::string& name, int stage0_peers = 2) : dir(temp_dir(name)) {
+  // `stage0_peers` serve stage 0 (p00, p01, ...), two serve stage 1 (p10, p11); the
+  // windows and the replica checks watch `watched_stage`.
+  explicit HostileRun(const std::string& name, int stage0_peers = 2, int watched_stage = 0)
+      : dir(temp_dir(name)), watched_stage(watched_stage) {
     ::setenv("SWARM_SECRET", kSecret, 1);  // the children inherit it
     fs::create_directories(dir);
     children.push_back(spawn({"bootstrap", "--port", "0"}, dir / "boot.log"));
@@ -197,9 +202,9 @@ struct HostileRun {
     }, 20s);
     REQUIRE_MESSAGE(found, "found " << peers.size() << " of " << names.size() << " peers in the registry");
     for (const auto& [id, peer] : peers) {
-      if (peer.stage == 0) stage0.insert(id);
+      if (peer.stage == watched_stage) watched.insert(id);
     }
-    REQUIRE(stage0.size() == static_cast<size_t>(stage0_peers));
+    REQUIRE(watched.size() == static_cast<size_t>(watched_stage == 0 ? stage0_peers : 2));
   }
 
   // Waits until `done()` or `within`: checked whenever the trainer writes a record
@@ -208,16 +213,16 @@ struct HostileRun {
     return test_apps::wait_until(dir / "run", within, done, 200ms);
   }
 
-  std::vector<LivePeer> stage0_peers() const {
+  std::vector<LivePeer> watched_peers() const {
     std::vector<LivePeer> out;
-    for (const auto& id : stage0) out.push_back(peers.at(id));
+    for (const auto& id : watched) out.push_back(peers.at(id));
     return out;
   }
 
   // Stage 0's global step: the highest its honest peers publish (never less than
   // last seen: a DHT lookup may miss a record).
-  int64_t stage0_step() {
-    for (const auto& [id, r] : attacker->progress_of(0, stage0)) last_step = std::max(last_step, r.step);
+  int64_t watched_step() {
+    for (const auto& [id, r] : attacker->progress_of(watched_stage, watched)) last_step = std::max(last_step, r.step);
     return last_step;
   }
 
@@ -232,29 +237,29 @@ struct HostileRun {
 
   // Stage 0 is past its first rounds: the windows can begin.
   void wait_until_steady() {
-    REQUIRE_MESSAGE(wait([&] { return stage0_step() >= kSteadyStep; }, 30s),
-                    "stage 0 at step " << last_step << ", not " << kSteadyStep);
+    REQUIRE_MESSAGE(wait([&] { return watched_step() >= kSteadyStep; }, 30s),
+                    "stage " << watched_stage << " at step " << last_step << ", not " << kSteadyStep);
   }
 
-  // Whether stage 0 takes `steps` more global steps within `within`.
+  // Whether the watched stage takes `steps` more global steps within `within`.
   bool wait_for_steps(int64_t steps, std::chrono::milliseconds within) {
-    const int64_t target = stage0_step() + steps;
-    return wait([&] { return stage0_step() >= target; }, within);
+    const int64_t target = watched_step() + steps;
+    return wait([&] { return watched_step() >= target; }, within);
   }
 
   // Stage 0's rate over its next kWindowSteps steps, or over kWindowLimit if it
   // takes fewer (see kWindowSteps).
   Window measure(const char* name) {
     const auto start = Clock::now();
-    const int64_t from = stage0_step();
+    const int64_t from = watched_step();
     int64_t to = from;
-    wait([&] { return (to = stage0_step()) >= from + kWindowSteps; }, kWindowLimit);
+    wait([&] { return (to = watched_step()) >= from + kWindowSteps; }, kWindowLimit);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     // A window that outlasts the trainer's steps would measure a stage with no samples.
     const int64_t trained = trainer_step();
     REQUIRE_MESSAGE(trained < kTrainerSteps, "the trainer finished its " << kTrainerSteps << " steps by the end of the "
                                                                          << name << " window: raise kTrainerSteps");
-    return Window{name, seconds, from, to};
+    return Window{name, watched_stage, seconds, from, to};
   }
 
   // The trainer's kTrainerSteps steps and its validation, which it ends with; then it
@@ -285,21 +290,21 @@ struct HostileRun {
     return end;
   }
 
-  // Every stage-0 replica at one step (within one) and identical at every step both
+  // Every replica of the watched stage at one step (within one) and identical at every step both
   // published. After finish_training.
   void check_replicas_agree() {
     // The records to judge: each replica's first after the trainer ended and its last
     // round settled (serving: in no round).
     std::map<std::string, ProgressRecord> last;
     const bool settled = wait([&] {
-      last = attacker->progress_of(0, stage0);
-      if (last.size() < stage0.size()) return false;
+      last = attacker->progress_of(watched_stage, watched);
+      if (last.size() < watched.size()) return false;
       for (const auto& [id, r] : last) {
         if (r.published_at <= trainer_ended_at || r.state != ProgressRecord::State::serving) return false;
       }
       return true;
     }, 15s);
-    REQUIRE(last.size() == stage0.size());
+    REQUIRE(last.size() == watched.size());
     int64_t low = std::numeric_limits<int64_t>::max(), high = 0;
     std::map<int64_t, std::set<uint64_t>> at_step;
     std::string ends;
@@ -311,14 +316,14 @@ struct HostileRun {
                           ProgressRecord::state_name(r.state));
     }
     if (!settled) ends += " not settled 15 s after the trainer ended";
-    MESSAGE("stage 0 ends at" << ends);
+    MESSAGE("stage " << watched_stage << " ends at" << ends);
     CHECK(settled);
     CHECK(high - low <= 1);
     for (const auto& [step, hashes] : at_step) CHECK(hashes.size() == 1);
 
     std::map<int64_t, std::map<std::string, std::string>> hashes;  // step -> peer -> hash
     for (const auto& r : read_metrics(dir / "run")) {
-      if (r["kind"] != "replica" || r["stage"] != 0 || !stage0.count(r["peer"].get<std::string>())) continue;
+      if (r["kind"] != "replica" || r["stage"] != watched_stage || !watched.count(r["peer"].get<std::string>())) continue;
       hashes[r["step"].get<int64_t>()][r["peer"].get<std::string>()] = r["hash"];
     }
     int shared = 0, differ = 0;
@@ -336,7 +341,7 @@ struct HostileRun {
         MESSAGE("step " << step << ":" << all);
       }
     }
-    MESSAGE("the run's metrics hold " << shared << " stage-0 steps two or more replicas published; " << differ
+    MESSAGE("the run's metrics hold " << shared << " steps of stage " << watched_stage << " two or more replicas published; " << differ
                                       << " differ");
     CHECK(differ == 0);
     CHECK(shared > 10);
@@ -362,7 +367,7 @@ struct HostileRun {
     bool honest = false;
     for (const auto& r : *records) {
       if (r.subkey == attacker->id) return false;
-      honest = honest || stage0.count(r.subkey) > 0;
+      honest = honest || watched.count(r.subkey) > 0;
     }
     return honest;
   }
@@ -370,7 +375,7 @@ struct HostileRun {
 
 inline void check_rates(const Window& before, const Window& during, const Window& after) {
   for (const Window* w : {&before, &during, &after}) {
-    MESSAGE(fmt::format("stage 0 {:>6}: steps {} -> {} in {:.1f} s: {:.2f} global steps/s", w->name, w->from, w->to,
+    MESSAGE(fmt::format("stage {} {:>6}: steps {} -> {} in {:.1f} s: {:.2f} global steps/s", w->stage, w->name, w->from, w->to,
                         w->seconds, w->rate()));
   }
   CHECK(before.to - before.from >= 5);  // the stage trained: a rate to hold
@@ -388,7 +393,7 @@ inline RunEnd run_clean(const std::string& name) {
   const Window second = run.measure("clean2");
   const Window third = run.measure("clean3");
   std::string unvouched;  // what an attack's "landed" (hostile_records_test) must stand out from
-  for (const auto& peer : run.stage0_peers()) {
+  for (const auto& peer : run.watched_peers()) {
     unvouched += fmt::format(" {}", refusals_of(*run.attacker, peer)["unvouched_ahead"]);
   }
   const RunEnd end = run.finish_training();

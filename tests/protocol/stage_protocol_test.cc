@@ -269,6 +269,32 @@ TEST_CASE("the last stage: targets must be raw and match the input's batch; the 
   CHECK(volume_of(*parsed).values == 2 * 4 * kD + 1);
 }
 
+TEST_CASE("the loss stage's d_loss is fixed by the protocol: any other value, shape or dtype is refused") {
+  // A member trainer that sent d_loss = -1000 with backwards it never forwarded
+  // turned the training loss from 2.9 into 76,650: the one scalar a trainer
+  // supplies to the loss stage is not the trainer's to choose.
+  const StageSpec spec = last_stage(CodecId::fp16);
+  const auto in_fp16 = [&](const Tensor& t) { return *encode_floats<StandardCodecs>(t, CodecId::fp16); };
+  const auto backward_with = [&](const Tensor& d_loss) {
+    return StageRequest{wire::MessageKind::backward, 3, in_fp16(hidden(2)), raw_tensor(d_loss), raw_tensor(tokens(2))};
+  };
+  const auto scalar = [](float value) {
+    Tensor t = *Tensor::empty(Shape{1}, DType::f32);
+    t.data<float>()[0] = value;
+    return t;
+  };
+  CHECK(check(backward_with(scalar(kLossGradient)), spec).is_ok());
+  for (float steered : {-1000.0f, -1.0f, 0.5f, -0.0f, 1.0f + 1e-6f, 2.0f}) {  // NaN and Inf: the wire refuses those
+    CAPTURE(steered);
+    Status s = check(backward_with(scalar(steered)), spec);
+    CHECK(s.code() == StatusCode::permission_denied);
+    CHECK(s.message().find("d_loss") != std::string::npos);
+  }
+  Tensor two = *Tensor::empty(Shape{2}, DType::f32);
+  two.data<float>()[0] = two.data<float>()[1] = kLossGradient;
+  CHECK_FALSE(check(backward_with(two), spec).is_ok());
+}
+
 TEST_CASE("a reply from a hostile peer is an error, not a crash") {
   SUBCASE("a forged NaN scale in an 8-bit output") {
     StageReply reply{*encode_floats<StandardCodecs>(hidden(1), CodecId::blockwise8), std::nullopt};

@@ -1,0 +1,119 @@
+// Backwards from a member trainer against the loss stage, over real processes and
+// sockets (the swarm, the windows and the checks: hostile_rounds_fixture.h). While a
+// trainer trains, a member sends stage 1 (the loss stage) backwards for microbatches
+// it never forwarded, with d_loss = -1000: once, 901 of them were accepted and the
+// training loss went from 2.9 to 76,650, with no counter raised. The protocol fixes
+// d_loss (protocol::kLossGradient), so each is refused with an error reply and
+// counted as `loss_gradient`, and stage 1's rate, its replicas and the run's final
+// loss are judged against a clean run's.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <doctest/doctest.h>
+
+#include "swarm/compression/codecs.h"
+#include "swarm/peer/periodic_task.h"
+#include "swarm/protocol/tensor_codec.h"
+#include "tests/apps/hostile_rounds_fixture.h"
+
+namespace swarm {
+namespace {
+
+using namespace hostile_rounds;  // HostileRun, Window, clean_run, check_*, and hostile_member.h
+using namespace std::chrono_literals;
+
+constexpr int kRows = 4;  // the trainer's microbatch
+constexpr float kSteeringGradient = -1000.0f;
+
+protocol::StageSpec spec_of(Attacker& attacker, const LivePeer& peer) {
+  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage)));
+  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
+  auto info = protocol::parse_peer_info(*reply, wire::Limits{});
+  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
+  return info->spec;
+}
+
+// A loss-stage backward of a microbatch nobody forwarded: activations that fit the
+// stage's input, real-looking targets, and d_loss = kSteeringGradient.
+wire::Frames steered_backward(const protocol::StageSpec& spec, uint64_t microbatch_id) {
+  const int64_t width = spec.io.input.dims.back();
+  Tensor hidden = *Tensor::empty(Shape{kRows, kSeqLen, width}, DType::f32);
+  float v = 0.25f;
+  for (float& x : hidden.span<float>()) x = (v = std::fmod(v * 1.7f + 0.3f, 2.0f) - 1.0f);
+  Tensor targets = *Tensor::zeros(Shape{kRows, kSeqLen}, DType::i32);
+  for (int32_t& t : targets.span<int32_t>()) t = 'e';
+  Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
+  d_loss.data<float>()[0] = kSteeringGradient;
+
+  protocol::StageRequest request;
+  request.kind = wire::MessageKind::backward;
+  request.request_id = microbatch_id;
+  auto input =
+      protocol::encode_floats<compression::StandardCodecs>(hidden, protocol::codec_for(spec, protocol::TensorRole::input));
+  REQUIRE_MESSAGE(input.is_ok(), input.status().to_string());
+  request.input = std::move(input).value();
+  request.grad_output = protocol::raw_tensor(d_loss);
+  request.targets = protocol::raw_tensor(targets);
+  request.microbatch_id = microbatch_id;
+  request.deadline_unix_ms = protocol::unix_millis_now() + 5000;
+  return must(protocol::encode_request(request, spec.stage, protocol::reply_codec_for(spec, request.kind)));
+}
+
+TEST_CASE("a member trainer's steered loss-stage backwards are refused and counted; the training holds") {
+  const RunEnd& clean = clean_run();
+  HostileRun run("hostile-backward", /*stage0_peers=*/2, /*watched_stage=*/1);
+  Attacker& attacker = *run.attacker;
+  const std::vector<LivePeer> targets = run.watched_peers();
+  const protocol::StageSpec spec = spec_of(attacker, targets[0]);
+  REQUIRE(spec.io.targets.has_value());  // stage 1 is the loss stage
+  std::map<std::string, protocol::RefusalCounts> at_start;
+  for (const auto& peer : targets) at_start[peer.id] = refusals_of(attacker, peer);
+
+  run.wait_until_steady();
+  const Window before = run.measure("before");
+
+  // The attack's pace: some 100 a second, ids far from the trainer's.
+  Tally tally;
+  Counter answered;
+  uint64_t next_id = uint64_t{1} << 62;
+  PeriodicTask stream;
+  stream.start(0.01, [&] {
+    const uint64_t id = next_id++;
+    const Reply reply = reply_of(attacker.call(targets[id % targets.size()].compute, steered_backward(spec, id)));
+    tally.count(reply);
+    if (reply.answered) answered.add();
+  });
+  // The attack has landed once the peers have answered some of it.
+  REQUIRE_MESSAGE(answered.wait_for_at_least(20, 10s), "the peers answered " << answered.value());
+  const Window during = run.measure("during");
+  stream.stop();
+  const Window after = run.measure("after");
+
+  MESSAGE(fmt::format("steered backwards: {} sent, {} refused ({}), {} accepted, {} unanswered", tally.sent,
+                      tally.refused, tally.last_refusal, tally.accepted, tally.unanswered));
+  CHECK(tally.sent >= 300);
+  CHECK(tally.accepted == 0);
+  CHECK(tally.refused == tally.sent - tally.unanswered);
+  CHECK(tally.last_refusal.find("d_loss") != std::string::npos);
+  int64_t counted = 0;
+  for (const auto& peer : targets) {
+    protocol::RefusalCounts now = refusals_of(attacker, peer);
+    const int64_t grown = now["loss_gradient"] - at_start[peer.id]["loss_gradient"];
+    MESSAGE("peer " << peer.id << ": loss_gradient +" << grown);
+    counted += grown;
+  }
+  CHECK(counted == tally.refused);
+
+  const RunEnd end = run.finish_training();
+  check_rates(before, during, after);
+  run.check_rss();
+  run.check_replicas_agree();
+  check_loss(end, clean);
+}
+
+}  // namespace
+}  // namespace swarm
