@@ -90,7 +90,7 @@ class Replica {
         solo_(optimizer, optim::Rule::adamw),
         global_(optimizer, optim::Rule::lamb) {
     // A device that cannot copy its weights out fails every later call as well.
-    params_hash_ = parameters_hash(stage_).value_or(0);
+    params_hash_ = whole_state_hash().value_or(0);
     remember_hash();
   }
 
@@ -255,7 +255,7 @@ class Replica {
     drop_cached_activations(stage_);
     end_round();
     step_ = next;
-    params_hash_ = parameters_hash(stage_).value_or(0);
+    params_hash_ = whole_state_hash().value_or(0);
     remember_hash();
     return stepped;
   }
@@ -285,7 +285,7 @@ class Replica {
     SWARM_RETURN_IF_ERROR(load_stage_checkpoint(stage_, global_, state));
     end_round();
     step_ = state.step;
-    SWARM_ASSIGN_OR_RETURN(params_hash_, parameters_hash(stage_));
+    SWARM_ASSIGN_OR_RETURN(params_hash_, whole_state_hash());
     (void)stage_.zero_grad();
     drop_cached_activations(stage_);
     accumulated_microbatches_ = 0;
@@ -306,6 +306,8 @@ class Replica {
     return swarm::parameter_count(stage_);
   }
   int64_t optimizer_steps() const { return optimizer_steps_.load(); }
+  // The hash stage-mates vouch for. Named for what it once covered; it is of the
+  // whole state now (stage_state_hash): parameters, optimizer state and step.
   uint64_t params_hash() const {
     std::lock_guard lock(mu_);
     return params_hash_;
@@ -320,6 +322,12 @@ class Replica {
   void end_round() {  // under mu_: backwards waiting for the round's step go on
     in_round_ = false;
     round_step_cv_.notify_all();
+  }
+
+  // Under mu_: what params_hash() answers, of parameters, optimizer state and step.
+  Result<uint64_t> whole_state_hash() {
+    SWARM_ASSIGN_OR_RETURN(OptimizerState optimizer_state, global_.export_state());
+    return stage_state_hash(stage_, optimizer_state, step_.load());
   }
 
   void remember_hash() {  // under mu_
@@ -446,7 +454,7 @@ class Replica {
   U global_;  // LAMB, global steps; checkpoints and downloads carry its state
   std::atomic<int64_t> step_{0};
   std::atomic<int64_t> optimizer_steps_{0};
-  uint64_t params_hash_ = 0;
+  uint64_t params_hash_ = 0;  // whole_state_hash() after the last step or load
   std::deque<std::pair<int64_t, uint64_t>> recent_hashes_;
   int64_t accumulated_microbatches_ = 0;  // toward step_ + 1
   std::vector<Tensor> saved_gradients_;   // on the stage's device

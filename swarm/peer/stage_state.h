@@ -4,12 +4,12 @@
 //
 // The averaging round needs the accumulated gradients as one vector (in
 // parameter_views() order, the same on every replica), the replica invariant needs
-// a hash of the parameters, and state download and resume need parameters plus
+// a hash of the whole state (state_hash), and state download and resume need parameters plus
 // optimizer state as a Checkpoint. These helpers are the one place that knows the
 // naming: "param/<name>" for parameters, "optim/<entry>" for optimizer state.
 //
 //   SWARM_ASSIGN_OR_RETURN(std::vector<float> mean, swarm::flatten_gradients(stage, /*divide_by=*/microbatches));
-//   SWARM_ASSIGN_OR_RETURN(uint64_t hash, swarm::parameters_hash(stage));
+//   SWARM_ASSIGN_OR_RETURN(uint64_t hash, swarm::stage_state_hash(stage, *updater.export_state(), step));
 //   SWARM_ASSIGN_OR_RETURN(swarm::Checkpoint state, swarm::stage_checkpoint(stage, *updater.export_state(), step));
 #pragma once
 
@@ -60,17 +60,39 @@ Result<std::vector<float>> flatten_gradients(S& stage, double divide_by) {
   return out;
 }
 
-// Of the fp32 master weights, on the host: the same on every device.
+// The hash a replica publishes and its stage-mates vouch for: of its whole state
+// (parameters, optimizer state and global step), so that a donor cannot hand a
+// joiner the vouched parameters with moments or a step counter of its own choosing.
+// Tensors under their checkpoint names ("param/...", "optim/..."), in name order,
+// then the step; a downloaded Checkpoint and the replica that loads it agree.
+inline uint64_t state_hash(std::vector<NamedTensorView> tensors, int64_t step) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  int64_t step_value = step;
+  tensors.push_back({"global_step", TensorView(&step_value, DType::i64, Shape{1})});
+  return content_hash(tensors);
+}
+
+inline uint64_t state_hash(const Checkpoint& state) {
+  std::vector<NamedTensorView> views;
+  for (const NamedTensor& named : state.tensors) views.push_back({named.name, named.tensor.view()});
+  return state_hash(std::move(views), state.step);
+}
+
+// state_hash of a stage and its optimizer state, without copying what is on the host.
 template <Stage S>
-Result<uint64_t> parameters_hash(S& stage) {
-  auto views = stage.parameter_views();
-  std::vector<Tensor> staging(views.size());
-  std::vector<NamedTensorView> named;
-  for (size_t i = 0; i < views.size(); ++i) {
-    SWARM_ASSIGN_OR_RETURN(TensorView value, host_view(views[i].value, staging[i]));
-    named.push_back({views[i].name, value});
+Result<uint64_t> stage_state_hash(S& stage, const OptimizerState& optimizer_state, int64_t step) {
+  auto params = stage.parameter_views();
+  std::vector<Tensor> staging(params.size());
+  std::vector<NamedTensorView> views;
+  for (size_t i = 0; i < params.size(); ++i) {
+    SWARM_ASSIGN_OR_RETURN(TensorView value, host_view(params[i].value, staging[i]));
+    views.push_back({std::string(kParamPrefix) + params[i].name, value});
   }
-  return content_hash(named);
+  for (const auto& [name, tensor] : optimizer_state) {
+    if (tensor.device() != Device::cpu) return internal("optimizer state {} is not on the host", name);
+    views.push_back({std::string(kOptimizerPrefix) + name, tensor.view()});
+  }
+  return state_hash(std::move(views), step);
 }
 
 // True when every accumulated gradient is finite.

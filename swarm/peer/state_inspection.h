@@ -40,8 +40,8 @@ class StateInspection {
 
   // Checks a downloaded state against this stage before anything loads it, as
   // Replica::load would and more (finite values), so a state that passes loads; and
-  // returns the parameters hash the replica will have once it does (the parameters
-  // in the stage's order, under the stage's names).
+  // returns the hash the replica will have once it does (state_hash: parameters,
+  // optimizer state and step), which the stage's majority must have vouched for.
   static Result<uint64_t> inspect(Replica<S>& replica, const Checkpoint& state) {
     const auto layout = replica.exclusive([](S& stage) {
       std::vector<ParamLayout> out;
@@ -60,9 +60,7 @@ class StateInspection {
       if (which != 3) return invalid_argument("the state has one optimizer moment of {} without the other", param);
     }
     SWARM_RETURN_IF_ERROR(check_finite(state));
-    std::vector<NamedTensorView> views;
-    for (const auto& p : layout) views.push_back({p.name, tally.params.at(p.name)->view()});
-    return content_hash(views);
+    return state_hash(state);
   }
 
   // One tensor of a downloaded state: a parameter of this stage with its dtype and

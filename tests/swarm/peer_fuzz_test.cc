@@ -660,6 +660,11 @@ class MateAnnouncer {
   std::jthread thread_;
 };
 
+// The hash a peer serving `stage` at step 0 publishes: its replica's, before any step.
+uint64_t fresh_state_hash(mlp::MlpStage stage) {
+  return Replica<mlp::MlpStage>(0, std::move(stage), PeerConfig{}.optimizer).params_hash();
+}
+
 std::unique_ptr<FuzzPeer> start_peer(InProcessRegistry* registry, int stage, bool global,
                                      int64_t step_every_samples = int64_t{1} << 40) {
   PeerConfig config;
@@ -688,7 +693,7 @@ TEST_CASE("live peers survive 100k seeded hostile messages per kind, answer ever
   // It holds A's own parameters (the same seed), so A serves them; A can never
   // reach it, so A never holds a majority to step with the fuzzed gradients.
   auto probe = *mlp::MlpStage::create(kHidden, 11);
-  auto mate = std::make_unique<MateAnnouncer>(&registry, parameters_hash(probe).value());
+  auto mate = std::make_unique<MateAnnouncer>(&registry, fresh_state_hash(std::move(probe)));
   auto peer_a = start_peer(&registry, 0, /*global=*/true);
   auto peer_b = start_peer(&registry, 1, /*global=*/false);
 

@@ -474,7 +474,7 @@ NamedTensor* find_tensor(Checkpoint& state, std::string_view prefix) {
   return nullptr;
 }
 
-TEST_CASE("forged states (wrong hash, NaN, wrong size, negative moment) are refused before load; the joiner syncs honestly") {
+TEST_CASE("forged states (wrong hash, forged moments or step counter under the honest parameters, NaN, wrong size, negative moment) are refused before load; the joiner syncs honestly") {
   InProcessRegistry registry;
   auto a = start_peer(&registry, sync_config(0, "fg-a"));
   auto b = start_peer(&registry, sync_config(0, "fg-b"));
@@ -511,12 +511,25 @@ TEST_CASE("forged states (wrong hash, NaN, wrong size, negative moment) are refu
   NamedTensor* m = find_tensor(misshapen, "optim/adam.m/");
   REQUIRE(m != nullptr);
   m->tensor = *Tensor::zeros(Shape{m->tensor.numel() + 1}, DType::f32);
+  // The honest parameters and the honest layout: only the optimizer state is forged,
+  // within what any optimizer could hold (finite, second moments >= 0). Its next
+  // steps would move every weight by what the forger chose.
+  Checkpoint moments = deep_copy(*honest);
+  for (auto& t : moments.tensors) {
+    if (!t.name.starts_with(std::string(kOptimizerPrefix) + std::string(optim::kFirstMomentPrefix))) continue;
+    for (float& x : t.tensor.span<float>()) x = x * 1e6f + 1.0f;
+  }
+  Checkpoint counter = deep_copy(*honest);
+  find_tensor(counter, std::string(kOptimizerPrefix) + std::string(optim::kStepStateName))->tensor.data<int64_t>()[0] =
+      1'000'000'000;
   std::vector<std::unique_ptr<Forger>> forgers;
   forgers.push_back(std::make_unique<Forger>("hash", std::move(other)));
+  forgers.push_back(std::make_unique<Forger>("moments", std::move(moments)));
+  forgers.push_back(std::make_unique<Forger>("counter", std::move(counter)));
   forgers.push_back(std::make_unique<Forger>("nan", std::move(nan)));
   forgers.push_back(std::make_unique<Forger>("size", std::move(misshapen)));
   forgers.push_back(std::make_unique<Forger>("negative", std::move(negative)));
-  for (size_t i = 0; i < forgers.size(); ++i) forgers[i]->announce(registry, honest_hash, 4.0 - static_cast<double>(i));
+  for (size_t i = 0; i < forgers.size(); ++i) forgers[i]->announce(registry, honest_hash, static_cast<double>(forgers.size() - i));
 
   // The application's speaks_for, here: a connection named later may send as no one.
   struct Banned {
@@ -540,11 +553,11 @@ TEST_CASE("forged states (wrong hash, NaN, wrong size, negative moment) are refu
     banned->identity = impostor->identity();
   }
   const PeerStats joined = d->stats();
-  CHECK(joined.states_refused == 4);
+  CHECK(joined.states_refused == 6);
   CHECK(joined.state_downloads == 1);
   CHECK(joined.global_step == 1);
   CHECK(joined.params_hash == honest_hash);
-  CHECK(joined.last_download_donors == 5);  // the four forgers, then an honest stage-mate
+  CHECK(joined.last_download_donors == 7);  // the six forgers, then an honest stage-mate
   CHECK(joined.forward + joined.backward == 0);
   for (const auto& f : forgers) {
     INFO(f->id);
