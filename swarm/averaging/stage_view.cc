@@ -123,6 +123,64 @@ std::optional<VouchedState> vouched_state(const StageView& view, const std::set<
   return std::nullopt;
 }
 
+namespace {
+
+// The membership the most fresh records name (see ObservedStep for the ties);
+// empty when none names one. A record whose namer is not among the members it
+// names reports no round it committed, and counts for none.
+std::vector<std::string> prevailing_membership(const std::vector<ProgressRecord>& fresh) {
+  struct Named {
+    size_t namers = 0;
+    int64_t step = 0;  // the highest its namers are at
+  };
+  std::map<std::vector<std::string>, Named> named;
+  for (const ProgressRecord& r : fresh) {
+    const auto& members = r.committed_members;
+    if (std::find(members.begin(), members.end(), r.peer_id) == members.end()) continue;
+    Named& n = named[members];
+    n.step = n.namers++ == 0 ? r.step : std::max(n.step, r.step);
+  }
+  const std::vector<std::string>* best = nullptr;
+  const Named* best_named = nullptr;
+  for (const auto& [members, n] : named) {  // in id order: equals keep the lower ids
+    const bool better = best == nullptr || n.namers > best_named->namers ||
+                        (n.namers == best_named->namers &&
+                         (members.size() > best->size() || (members.size() == best->size() && n.step < best_named->step)));
+    if (better) {
+      best = &members;
+      best_named = &n;
+    }
+  }
+  return best ? *best : std::vector<std::string>{};
+}
+
+}  // namespace
+
+ObservedStep observed_stage_step(const std::vector<ProgressRecord>& records, double now, double stale_seconds) {
+  const std::vector<ProgressRecord> fresh = StageView::from(records, /*me=*/"", now, stale_seconds).mates;
+  ObservedStep out;
+  out.members = prevailing_membership(fresh);
+  const size_t electorate = out.members.empty() ? fresh.size() : out.members.size();
+  std::map<std::pair<int64_t, uint64_t>, size_t> votes;
+  for (const ProgressRecord& r : fresh) {
+    const bool votes_here = out.members.empty() ||
+                            std::find(out.members.begin(), out.members.end(), r.peer_id) != out.members.end();
+    if (!votes_here) continue;
+    for (const auto& state : published_states(r)) ++votes[state];
+  }
+  for (auto it = votes.rbegin(); it != votes.rend(); ++it) {  // the newest step first
+    if (2 * it->second <= electorate) continue;
+    out.step = it->first.first;
+    out.hash = it->first.second;
+    break;
+  }
+  if (!out.step) return out;
+  for (const ProgressRecord& r : fresh) {
+    if (r.step > *out.step) out.refused.push_back(r);
+  }
+  return out;
+}
+
 bool dropped_from_membership(const StageView& view, const std::set<std::string>& membership, const std::string& me,
                              int64_t my_step) {
   for (const auto& id : membership) {
