@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "swarm/averaging/round_protocol.h"
+
 namespace swarm {
 
 StageView StageView::from(const std::vector<ProgressRecord>& records, const std::string& me, double now,
@@ -154,6 +156,12 @@ std::vector<std::string> prevailing_membership(const std::vector<ProgressRecord>
   return best ? *best : std::vector<std::string>{};
 }
 
+// A member that committed the stage's next round and published it before the
+// others: from the vouched state, at most one round's steps past it.
+bool one_round_past(const ProgressRecord& r, int64_t step, uint64_t hash) {
+  return r.step - step <= kMaxStepsPerRound && published_hash(r, step) == hash;
+}
+
 }  // namespace
 
 ObservedStep observed_stage_step(const std::vector<ProgressRecord>& records, double now, double stale_seconds) {
@@ -176,7 +184,7 @@ ObservedStep observed_stage_step(const std::vector<ProgressRecord>& records, dou
   }
   if (!out.step) return out;
   for (const ProgressRecord& r : fresh) {
-    if (r.step > *out.step) out.refused.push_back(r);
+    if (r.step > *out.step && !one_round_past(r, *out.step, out.hash)) out.refused.push_back(r);
   }
   return out;
 }

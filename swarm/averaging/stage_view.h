@@ -93,8 +93,11 @@ struct ObservedStep {
   std::optional<int64_t> step;  // the newest vouched step; none when no step is vouched
   uint64_t hash = 0;            // the parameters hash vouched at it
   std::vector<std::string> members;  // the prevailing membership; empty when none is named
-  // Fresh records ahead of `step`, which nobody vouches for, by peer id. With no
-  // vouched step there is nothing to be ahead of, and none is refused.
+  // Fresh records ahead of `step`, which nobody vouches for, by peer id; but not
+  // a round in progress (at most kMaxStepsPerRound steps past the vouched state,
+  // that state among its recent hashes): a member that committed the next round
+  // publishes it before the others do. With no vouched step there is nothing to
+  // be ahead of, and none is refused.
   std::vector<ProgressRecord> refused;
 };
 

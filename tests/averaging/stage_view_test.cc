@@ -96,11 +96,30 @@ TEST_CASE("a step is vouched by members that moved past it with the same hash th
                                record("c", 11, 0x11, abc)});
   CHECK(seen.step == 12);
   CHECK(seen.hash == 0x12);
-  CHECK(ids_of(seen.refused) == std::vector<std::string>{"b"});  // 13: one member of three
+  CHECK(seen.refused.empty());  // 13, one member of three, is a round in progress from 12
   // Another hash at 12 is no vote for a's.
   seen = observe({record("a", 12, 0x12, abc), record("b", 13, 0x13, abc, {{12, 0xee}}), record("c", 11, 0x11, abc)});
   CHECK_FALSE(seen.step.has_value());
   CHECK(seen.refused.empty());
+}
+
+TEST_CASE("a round in progress is not refused; a record far ahead is, whatever recent hashes it copies") {
+  const std::vector<std::string> ab{"a", "b"};
+  const ProgressRecord a = record("a", 40, 0x40, ab);
+  // b committed a round of 8 steps, the most one round counts for, and published first.
+  ObservedStep seen = observe({a, record("b", 48, 0x48, ab, {{40, 0x40}, {48, 0x48}})});
+  CHECK(seen.step == 40);
+  CHECK(seen.refused.empty());
+  // 9 steps past it, or from another state at 40, or with no hash for 40: refused.
+  const std::vector<std::string> abc{"a", "b", "c"};
+  for (const auto& ahead : {record("b", 49, 0x49, abc, {{40, 0x40}}), record("b", 41, 0x41, abc, {{40, 0x4f}}),
+                            record("b", 41, 0x41, abc)}) {
+    seen = observe({record("a", 40, 0x40, abc), record("c", 40, 0x40, abc), ahead});
+    CHECK(seen.step == 40);
+    CHECK(ids_of(seen.refused) == std::vector<std::string>{"b"});
+  }
+  seen = observe({a, record("b", 40, 0x40, ab), record("m", kFar, 0xbad, {"m"}, {{40, 0x40}})});
+  CHECK(ids_of(seen.refused) == std::vector<std::string>{"m"});
 }
 
 TEST_CASE("a strict majority of the membership, its silent members counted") {
