@@ -25,6 +25,7 @@
 #include "swarm/compression/codecs.h"
 #include "swarm/averaging/averaging_messages.h"
 #include "swarm/averaging/progress.h"
+#include "swarm/averaging/stage_view.h"
 #include "swarm/checkpoint/checkpoint.h"
 #include "swarm/peer/periodic_task.h"
 #include "swarm/data/batch_sampler.h"
@@ -133,38 +134,39 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
   return args;
 }
 
-// Every (peer, step) parameter hash the stages' progress records show, once each.
+// Every (peer, step) parameter hash the stages' progress records show, once each,
+// and each stage's global step: only what its peers would trust (observed_stage_step),
+// so one forged record far ahead shows in no display. A hash is logged once its
+// step is vouched; records ahead that nobody vouches for are counted as refused.
 class ReplicaHashLog {
  public:
   void poll(DhtRegistry& registry, int stages, const std::function<void(nlohmann::json)>& write) {
     for (int s = 0; s < stages; ++s) {
       auto records = registry.get(progress_registry_key(s));
       if (!records.is_ok()) continue;
+      std::vector<ProgressRecord> progress;
       for (const auto& record : *records) {
-        auto progress = ProgressRecord::from_json(record.value);
-        if (!progress.is_ok()) continue;
-        for (const auto& [step, hash] : progress->recent_hashes) {
-          if (!seen_.insert({progress->peer_id, step}).second) continue;
-          write({{"kind", "replica"}, {"peer", progress->peer_id}, {"stage", s}, {"step", step},
-                 {"hash", hex64(hash)}});
-          auto& stage_hashes = hashes_[{s, step}];
-          stage_hashes.insert(hash);
-          if (stage_hashes.size() > 1) mismatched_.insert({s, step});
-        }
-        if (progress->step > newest_[s]) newest_[s] = progress->step;
-        auto& sent = allreduce_[progress->peer_id];  // cumulative per peer: keep the largest seen
-        sent.first = std::max(sent.first, progress->allreduce_bytes);
-        sent.second = std::max(sent.second, progress->allreduce_values);
+        auto parsed = ProgressRecord::from_json(record.value);
+        if (parsed.is_ok()) progress.push_back(*std::move(parsed));
       }
+      observe(s, observed_stage_step(progress, registry.now(), GlobalBatchConfig{}.stale_after_seconds), write);
+      for (const auto& p : progress) log_hashes(s, p, write);
     }
   }
-  // Highest global step seen per stage.
+  // Per stage, the newest global step its committed membership vouched for.
   std::vector<int64_t> newest(int stages) const {
     std::vector<int64_t> out(stages, 0);
     for (const auto& [s, step] : newest_) {
       if (s < stages) out[s] = step;
     }
     return out;
+  }
+  // (stage, peer, step) records ahead of their stage that no majority vouched for, then or since.
+  int64_t refused_records() const {
+    return std::count_if(refused_.begin(), refused_.end(), [&](const auto& r) {
+      const auto newest = newest_.find(std::get<0>(r));
+      return newest == newest_.end() || std::get<2>(r) > newest->second;
+    });
   }
   size_t mismatched() const { return mismatched_.size(); }
   // All-reduce payload (bytes, values) every peer seen has sent, dead ones included.
@@ -183,6 +185,32 @@ class ReplicaHashLog {
   std::map<std::pair<int, int64_t>, std::set<uint64_t>> hashes_;
   std::set<std::pair<int, int64_t>> mismatched_;
   std::map<int, int64_t> newest_;
+  std::set<std::tuple<int, std::string, int64_t>> refused_;
+
+  void observe(int stage, const ObservedStep& seen, const std::function<void(nlohmann::json)>& write) {
+    for (const auto& r : seen.refused) refused_.insert({stage, r.peer_id, r.step});
+    if (!seen.step) return;
+    auto [newest, first] = newest_.try_emplace(stage, *seen.step);
+    if (!first && *seen.step <= newest->second) return;
+    newest->second = *seen.step;
+    write({{"kind", "global_step"}, {"stage", stage}, {"step", *seen.step}});
+  }
+
+  // Hashes at steps not vouched yet wait for a later poll (a replica keeps 16).
+  void log_hashes(int stage, const ProgressRecord& p, const std::function<void(nlohmann::json)>& write) {
+    const auto newest = newest_.find(stage);
+    for (const auto& [step, hash] : p.recent_hashes) {
+      if (newest == newest_.end() || step > newest->second) continue;
+      if (!seen_.insert({p.peer_id, step}).second) continue;
+      write({{"kind", "replica"}, {"peer", p.peer_id}, {"stage", stage}, {"step", step}, {"hash", hex64(hash)}});
+      auto& stage_hashes = hashes_[{stage, step}];
+      stage_hashes.insert(hash);
+      if (stage_hashes.size() > 1) mismatched_.insert({stage, step});
+    }
+    auto& sent = allreduce_[p.peer_id];  // cumulative per peer: keep the largest seen
+    sent.first = std::max(sent.first, p.allreduce_bytes);
+    sent.second = std::max(sent.second, p.allreduce_values);
+  }
 };
 
 
@@ -922,6 +950,7 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
   report.wire_values = wire.values;
   std::tie(report.allreduce_bytes, report.allreduce_values) = recorder.replicas().allreduce_volume();
   report.replica_mismatches = static_cast<int64_t>(recorder.replicas().mismatched());
+  report.unvouched_records = recorder.replicas().refused_records();
   report.codec = o.codec;
   report.gradient_codec = gradient_codec_name(o.codec, o.gradient_codec);
   return report;
@@ -1022,7 +1051,8 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
                  {"microbatches_completed", report.microbatches_completed},
                  {"microbatches_abandoned", report.microbatches_abandoned}, {"retries", report.retries},
                  {"wire_bytes", report.wire_bytes}, {"wire_values", report.wire_values},
-                 {"allreduce_bytes", report.allreduce_bytes}, {"allreduce_values", report.allreduce_values}});
+                 {"allreduce_bytes", report.allreduce_bytes}, {"allreduce_values", report.allreduce_values},
+                 {"refused_records", report.unvouched_records}});
   if (Status written = write_run_report(o.run_dir); written.is_ok()) {
     print(fmt::format("report: {}/report.html", o.run_dir), false);
   } else {

@@ -108,8 +108,11 @@ struct LocalSwarmReport {
   int64_t microbatches_abandoned = 0;
   int64_t retries = 0;
   int64_t bad_records = 0;  // registry records the trainers refused (malformed, out of range, another stage)
-  std::vector<int64_t> global_steps;  // per stage, the newest global step seen
+  std::vector<int64_t> global_steps;  // per stage, the newest its committed membership vouched for
   int64_t replica_mismatches = 0;     // (stage, step) pairs whose replicas' hashes differed
+  // (stage, peer, step) progress records ahead of their stage's vouched step that no
+  // majority vouched for: shown nowhere, counted here.
+  int64_t unvouched_records = 0;
   // Pipeline payloads (all four transfers) and all-reduce payloads: bytes and values.
   int64_t wire_bytes = 0;
   int64_t wire_values = 0;

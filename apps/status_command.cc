@@ -14,6 +14,7 @@
 #include "apps/swarm_access.h"
 #include "swarm/averaging/averaging_messages.h"
 #include "swarm/averaging/progress.h"
+#include "swarm/averaging/stage_view.h"
 #include "swarm/protocol/records.h"
 #include "swarm/registry/dht_registry.h"
 
@@ -60,6 +61,29 @@ bool looks_sealed(const std::string& value) {
   return !j.is_discarded() && j.is_object() && j.contains("signature");
 }
 
+using ProgressByPeer = std::map<std::pair<int, std::string>, ProgressRecord>;  // by (stage, peer)
+
+// Each stage's global step as its peers would trust it (observed_stage_step); the
+// records ahead of it, which nobody vouches for, leave `progress` and are refused,
+// so one forged record can neither be the stage's step nor a peer's.
+std::vector<std::optional<int64_t>> vouched_steps(int stages, double now, ProgressByPeer* progress,
+                                                  std::vector<RefusedRecord>* refused) {
+  std::vector<std::vector<ProgressRecord>> by_stage(static_cast<size_t>(stages));
+  for (const auto& [where, p] : *progress) by_stage[static_cast<size_t>(where.first)].push_back(p);
+  std::vector<std::optional<int64_t>> steps;
+  for (int s = 0; s < stages; ++s) {
+    const ObservedStep seen = observed_stage_step(by_stage[s], now, GlobalBatchConfig{}.stale_after_seconds);
+    steps.push_back(seen.step);
+    for (const ProgressRecord& r : seen.refused) {
+      refused->push_back({progress_registry_key(s), r.peer_id,
+                          fmt::format("unvouched: step {} is ahead of the stage's vouched step {}", r.step, *seen.step),
+                          false});
+      progress->erase({s, r.peer_id});
+    }
+  }
+  return steps;
+}
+
 }  // namespace
 
 SwarmStatus summarize(const RegistryRead& read) {
@@ -103,7 +127,7 @@ SwarmStatus summarize(const RegistryRead& read) {
   }
 
   // Progress records, per (stage, peer).
-  std::map<std::pair<int, std::string>, ProgressRecord> progress;
+  ProgressByPeer progress;
   for (int s = 0; s < static_cast<int>(read.progress.size()); ++s) {
     const std::string key = progress_registry_key(s);
     for (const Record& record : read.progress[s]) {
@@ -129,6 +153,7 @@ SwarmStatus summarize(const RegistryRead& read) {
       if (!fresh && parsed->published_at > it->second.published_at) it->second = *parsed;
     }
   }
+  const std::vector<std::optional<int64_t>> vouched = vouched_steps(stages, read.now, &progress, &out.refused);
 
   std::set<std::pair<int, std::string>> matched;
   for (const auto& [id, entry] : announced) {
@@ -161,15 +186,16 @@ SwarmStatus summarize(const RegistryRead& read) {
         stage.throughput += peer.throughput;
       }
       if (peer.progress) {
-        stage.global_step = std::max(stage.global_step.value_or(0), peer.progress->step);
+        stage.highest_step = std::max(stage.highest_step.value_or(0), peer.progress->step);
         stage.lowest_step = std::min(stage.lowest_step.value_or(peer.progress->step), peer.progress->step);
       }
     }
-    if (stage.global_step) {
+    stage.global_step = vouched[s];
+    if (const auto agreed_at = stage.global_step ? stage.global_step : stage.highest_step) {
       std::set<uint64_t> hashes;
       int at_step = 0;
       for (const PeerStatus& peer : out.peers) {
-        if (peer.stage != s || !peer.progress || peer.progress->step != *stage.global_step) continue;
+        if (peer.stage != s || !peer.progress || peer.progress->step != *agreed_at) continue;
         ++at_step;
         hashes.insert(peer.progress->params_hash);
       }
@@ -196,9 +222,13 @@ std::string status_text(const SwarmStatus& status) {
       text += fmt::format("stage {}: no peer\n", stage.stage);
       continue;
     }
-    std::string step = stage.global_step ? std::to_string(*stage.global_step) : "unknown";
-    if (stage.lowest_step != stage.global_step) {
-      step = fmt::format("{} (peers at {} to {})", *stage.global_step, *stage.lowest_step, *stage.global_step);
+    std::string step = stage.global_step ? std::to_string(*stage.global_step)
+                       : stage.highest_step ? "none vouched"
+                                            : "unknown";
+    if (stage.lowest_step && (stage.lowest_step != stage.highest_step || stage.highest_step != stage.global_step)) {
+      step += stage.lowest_step == stage.highest_step
+                  ? fmt::format(" (peers at {})", *stage.highest_step)
+                  : fmt::format(" (peers at {} to {})", *stage.lowest_step, *stage.highest_step);
     }
     text += fmt::format("stage {}: {} peer{} ({} serving) | {:.1f} samples/s | global step {}{}\n", stage.stage,
                         stage.peers, stage.peers == 1 ? "" : "s", stage.serving, stage.throughput, step,
@@ -246,9 +276,11 @@ std::string status_text(const SwarmStatus& status) {
 
 // The JSON object (README.md, "Roles by hand, across machines", has the same list):
 //   bootstrap, secured, read_at (wall-clock seconds), stages_read;
-//   stages: [{stage, peers, serving, throughput, global_step and lowest_step (the
-//     newest and oldest of its peers' steps; null: no progress record),
-//     hashes_agree (null: fewer than two peers at global_step)}];
+//   stages: [{stage, peers, serving, throughput, global_step (the newest step a
+//     strict majority of the stage's committed membership vouches for, as its peers
+//     trust it; null: none), lowest_step and highest_step (of its peers' steps, the
+//     refused records' left out; null: no progress record), hashes_agree (null:
+//     fewer than two peers at global_step, or without one at highest_step)}];
 //   peers: [{peer, stage, address, throughput, queue, serving, device, expires_in,
 //     step, hash (16 hex digits), samples, samples_per_s, averaging, progress_age:
 //     null when the peer has no progress record}];
@@ -265,6 +297,7 @@ nlohmann::json status_json(const SwarmStatus& status) {
                       {"throughput", s.throughput},
                       {"global_step", s.global_step ? json(*s.global_step) : json(nullptr)},
                       {"lowest_step", s.lowest_step ? json(*s.lowest_step) : json(nullptr)},
+                      {"highest_step", s.highest_step ? json(*s.highest_step) : json(nullptr)},
                       {"hashes_agree", s.hashes_agree ? json(*s.hashes_agree) : json(nullptr)}});
   }
   json peers = json::array();

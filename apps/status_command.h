@@ -65,10 +65,13 @@ struct StageStatus {
   int peers = 0;
   int serving = 0;
   double throughput = 0;               // announced, summed over its serving peers
-  std::optional<int64_t> global_step;  // the newest step its peers' progress records show
-  std::optional<int64_t> lowest_step;  // the oldest: a replica left behind shows here
-  // Whether the peers at global_step published one parameter hash; none when fewer
-  // than two peers are at it.
+  // The newest step its peers would trust (observed_stage_step): vouched by a strict
+  // majority of its committed membership. None when no step is vouched.
+  std::optional<int64_t> global_step;
+  std::optional<int64_t> lowest_step;   // of its peers' steps: a replica left behind shows here
+  std::optional<int64_t> highest_step;  // of its peers' steps, refused records left out
+  // Whether the peers at global_step (without one, at highest_step) published one
+  // parameter hash; none when fewer than two peers are at it.
   std::optional<bool> hashes_agree;
 };
 
@@ -97,8 +100,10 @@ struct SwarmStatus {
 // Every record checked with the shared parsers (PeerAnnouncementRecord::from_json,
 // ProgressRecord::from_json) and more: its body must name the peer its subkey
 // names and the stage its key names, and a progress record must not be from more
-// than 60 s in the future. Expired records are dropped (neither shown nor refused);
-// of several announcements of one peer (it moved) the newest counts.
+// than 60 s in the future, nor ahead of the step its stage's committed membership
+// vouches for (refused as "unvouched", as peers refuse it). Expired records are
+// dropped (neither shown nor refused); of several announcements of one peer (it
+// moved) the newest counts.
 SwarmStatus summarize(const RegistryRead& read);
 
 // Readable lines; text from records is printed with control bytes escaped.

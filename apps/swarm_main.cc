@@ -130,8 +130,9 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
              "{:.0f} tokens/s\n",
              report->steps, report->seconds, report->stopped_because, report->first_loss, report->last_loss,
              validation_text(*report), report->tokens_per_second);
-  fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs\n",
-             fmt::join(report->global_steps, ","), report->replica_mismatches);
+  fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs | "
+             "unvouched progress records refused: {}\n",
+             fmt::join(report->global_steps, ","), report->replica_mismatches, report->unvouched_records);
   fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | {} registry records refused "
              "| run directory: {}\n",
              report->microbatches_started, report->microbatches_completed, report->microbatches_abandoned,

@@ -139,6 +139,8 @@ class TimelineBuilder {
       add_event(r, time);
     } else if (kind == "replica") {
       add_replica(r, time);
+    } else if (kind == "global_step") {
+      add_global_step(r, time);
     } else if (kind == "peer") {
       t_.peers[string_or(r, "peer", "?")] = r;
     } else if (kind == "peer_samples") {
@@ -254,7 +256,7 @@ class TimelineBuilder {
     }
   }
 
-  void add_replica(const json& r, double time) {
+  void add_replica(const json& r, double) {
     const int stage = int_or(r, "stage", -1);
     const std::optional<double> step = number(r, "step");
     if (!stage_ok(stage) || !step) return;
@@ -262,6 +264,14 @@ class TimelineBuilder {
     auto& [hashes, holders] = replicas_[key];
     hashes.insert(string_or(r, "hash"));
     holders.insert(string_or(r, "peer"));
+  }
+
+  // The chart draws the steps the stage's committed membership vouched for, which
+  // swarm local records as they advance: a replica record is one peer's word.
+  void add_global_step(const json& r, double time) {
+    const int stage = int_or(r, "stage", -1);
+    const std::optional<double> step = number(r, "step");
+    if (!stage_ok(stage) || !step) return;
     ChartPoints& points = t_.global_step[stage];
     if (points.empty() || *step > points.back().second) points.emplace_back(time, *step);
   }
@@ -442,13 +452,18 @@ std::vector<Plot> plots(const RunTimeline& t) {
   }
   {
     Plot p = time_plot("plot-global-steps", "Global step of each stage",
-                       "The newest global step any replica of the stage hashed (replica records).", "global step");
+                       "The newest global step a strict majority of the stage's committed membership vouched "
+                       "for (global_step records).",
+                       "global step");
     bool any = false;
     for (int s = 0; s < t.stages; ++s) {
       p.chart.series.push_back(series(fmt::format("stage {}", s), t.global_step[s], s, s % 2 == 1, true));
       any = any || !t.global_step[s].empty();
     }
-    if (!any) p.no_data = "no replica record (peers in solo mode, --global-batch 0, take no global steps)";
+    if (!any) {
+      p.no_data = "no global_step record (peers in solo mode, --global-batch 0, take no global steps; runs "
+                  "recorded before global_step records were written have none)";
+    }
     out.push_back(std::move(p));
   }
   {

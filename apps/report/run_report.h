@@ -80,7 +80,7 @@ struct RunTimeline {
   ChartPoints validation_by_time, validation_by_tokens;
   ChartPoints tokens_per_second;
   std::vector<ChartPoints> peers_per_stage;  // a staircase, from peer_joined, peer_lost and peer_moved events
-  std::vector<ChartPoints> global_step;      // per stage, the newest global step of its replica records
+  std::vector<ChartPoints> global_step;      // per stage, the newest vouched step of its global_step records
   ChartPoints retries, abandoned;            // the step records' ledger totals
   ChartPoints bans, timeouts;                // counts of banned and timed_out events, a staircase
   ChartPoints pipeline_bytes_per_token, allreduce_bytes_per_token;  // cumulative bytes over cumulative tokens

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "swarm/averaging/round_protocol.h"
+
 namespace swarm {
 
 StageView StageView::from(const std::vector<ProgressRecord>& records, const std::string& me, double now,
@@ -121,6 +123,70 @@ std::optional<VouchedState> vouched_state(const StageView& view, const std::set<
     return v;
   }
   return std::nullopt;
+}
+
+namespace {
+
+// The membership the most fresh records name (see ObservedStep for the ties);
+// empty when none names one. A record whose namer is not among the members it
+// names reports no round it committed, and counts for none.
+std::vector<std::string> prevailing_membership(const std::vector<ProgressRecord>& fresh) {
+  struct Named {
+    size_t namers = 0;
+    int64_t step = 0;  // the highest its namers are at
+  };
+  std::map<std::vector<std::string>, Named> named;
+  for (const ProgressRecord& r : fresh) {
+    const auto& members = r.committed_members;
+    if (std::find(members.begin(), members.end(), r.peer_id) == members.end()) continue;
+    Named& n = named[members];
+    n.step = n.namers++ == 0 ? r.step : std::max(n.step, r.step);
+  }
+  const std::vector<std::string>* best = nullptr;
+  const Named* best_named = nullptr;
+  for (const auto& [members, n] : named) {  // in id order: equals keep the lower ids
+    const bool better = best == nullptr || n.namers > best_named->namers ||
+                        (n.namers == best_named->namers &&
+                         (members.size() > best->size() || (members.size() == best->size() && n.step < best_named->step)));
+    if (better) {
+      best = &members;
+      best_named = &n;
+    }
+  }
+  return best ? *best : std::vector<std::string>{};
+}
+
+// A member that committed the stage's next round and published it before the
+// others: from the vouched state, at most one round's steps past it.
+bool one_round_past(const ProgressRecord& r, int64_t step, uint64_t hash) {
+  return r.step - step <= kMaxStepsPerRound && published_hash(r, step) == hash;
+}
+
+}  // namespace
+
+ObservedStep observed_stage_step(const std::vector<ProgressRecord>& records, double now, double stale_seconds) {
+  const std::vector<ProgressRecord> fresh = StageView::from(records, /*me=*/"", now, stale_seconds).mates;
+  ObservedStep out;
+  out.members = prevailing_membership(fresh);
+  const size_t electorate = out.members.empty() ? fresh.size() : out.members.size();
+  std::map<std::pair<int64_t, uint64_t>, size_t> votes;
+  for (const ProgressRecord& r : fresh) {
+    const bool votes_here = out.members.empty() ||
+                            std::find(out.members.begin(), out.members.end(), r.peer_id) != out.members.end();
+    if (!votes_here) continue;
+    for (const auto& state : published_states(r)) ++votes[state];
+  }
+  for (auto it = votes.rbegin(); it != votes.rend(); ++it) {  // the newest step first
+    if (2 * it->second <= electorate) continue;
+    out.step = it->first.first;
+    out.hash = it->first.second;
+    break;
+  }
+  if (!out.step) return out;
+  for (const ProgressRecord& r : fresh) {
+    if (r.step > *out.step && !one_round_past(r, *out.step, out.hash)) out.refused.push_back(r);
+  }
+  return out;
 }
 
 bool dropped_from_membership(const StageView& view, const std::set<std::string>& membership, const std::string& me,

@@ -78,6 +78,32 @@ bool outweighed_by_split(const StageView& view, const std::set<std::string>& mem
                          const std::set<std::string>& former, const std::string& me, int64_t my_step,
                          uint64_t my_hash);
 
+// What a display may show as a stage's global step. An observer (the live status,
+// the run summary, the report, `swarm status`) is no member, so it takes the
+// stage's committed membership from the records themselves: of the memberships
+// that fresh records name (each naming peer among its members), the prevailing
+// one is named by the most peers; ties go to the larger membership, then to the
+// one whose namers are at the lower step (a forger cannot win a tie by claiming
+// more), then to the lower ids. A step is vouched when a strict majority of that
+// membership published it with one hash, now or among their recent hashes. With
+// no membership named (a stage before its first round) a strict majority of the
+// fresh records vouches instead. So one forged record moves no display, as it
+// moves no peer.
+struct ObservedStep {
+  std::optional<int64_t> step;  // the newest vouched step; none when no step is vouched
+  uint64_t hash = 0;            // the parameters hash vouched at it
+  std::vector<std::string> members;  // the prevailing membership; empty when none is named
+  // Fresh records ahead of `step`, which nobody vouches for, by peer id; but not
+  // a round in progress (at most kMaxStepsPerRound steps past the vouched state,
+  // that state among its recent hashes): a member that committed the next round
+  // publishes it before the others do. With no vouched step there is nothing to
+  // be ahead of, and none is refused.
+  std::vector<ProgressRecord> refused;
+};
+
+// Pure: newest record per peer, fresh and not departed, as in StageView.
+ObservedStep observed_stage_step(const std::vector<ProgressRecord>& records, double now, double stale_seconds);
+
 // The leader of the round that ends `step`: the lowest id among this peer and the
 // fresh stage-mates at that step, serving, with the same parameters hash, and the
 // peers that joined this one lately (`joiners`). Where `membership` (the last

@@ -29,6 +29,24 @@ namespace {
 using namespace hostile_rounds;  // HostileRun, Window, clean_run, check_*, and hostile_member.h
 using namespace std::chrono_literals;
 
+// The trainer's displays trust what the peers trust: no record of its metrics
+// (replica hashes, global steps) and no line it printed shows the forged step,
+// and the final step record and the summary count the forged record refused.
+void check_displays_refused(HostileRun& run) {
+  int64_t highest = 0;
+  int64_t refused = -1;
+  for (const auto& r : read_metrics(run.dir / "run")) {
+    if (r.contains("step") && r["step"].is_number()) highest = std::max(highest, r["step"].get<int64_t>());
+    if (r["kind"] == "step" && r.contains("refused_records")) refused = r["refused_records"].get<int64_t>();
+  }
+  MESSAGE("the highest step in the run's metrics: " << highest << "; refused records: " << refused);
+  CHECK(highest < kFarStep);
+  CHECK(refused >= 1);
+  const std::string log = read_all(run.dir / "trainer.log");
+  CHECK(log.find(std::to_string(kFarStep)) == std::string::npos);
+  CHECK(log.find(fmt::format("unvouched progress records refused: {}\n", refused)) != std::string::npos);
+}
+
 TEST_CASE("a forged progress record at step 2^40 cannot freeze its stage") {
   const RunEnd& clean = clean_run();
   HostileRun run("hostile-rounds-forged");
@@ -91,6 +109,7 @@ TEST_CASE("a forged progress record at step 2^40 cannot freeze its stage") {
   MESSAGE("the forged record's address was asked " << mallory.served.load() << " times");
   CHECK(mallory.served.load() == 0);  // nobody downloaded from it, nor JOINed it
   const RunEnd end = run.finish_training();
+  check_displays_refused(run);
   check_rates(before, during, after);
   run.check_rss();
   run.check_replicas_agree();

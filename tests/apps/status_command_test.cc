@@ -164,6 +164,41 @@ TEST_CASE("refused records are counted and named, expired ones dropped, nothing 
   CHECK(j["peers"].size() == 4);
 }
 
+TEST_CASE("a forged progress record at step 2^40 is refused as unvouched: the stage shows the step its members vouch") {
+  const int64_t far = int64_t{1} << 40;
+  RegistryRead read = two_stage_swarm();
+  auto members = [](Record record, std::vector<std::string> ids) {
+    ProgressRecord p = *ProgressRecord::from_json(record.value);
+    p.committed_members = std::move(ids);
+    p.committed_group = 0x9;
+    record.value = p.to_json();
+    return record;
+  };
+  read.progress[0] = {members(progress("s0p0", 0, 40, 0x40), {"s0p0", "s0p1"}),
+                      members(progress("s0p1", 0, 40, 0x40), {"s0p0", "s0p1"}),
+                      members(progress("s0p9", 0, far, 0xbad), {"s0p0", "s0p1", "s0p9"})};
+  read.announcements[0].push_back(announcement("s0p9", 0, 5));
+
+  const SwarmStatus status = summarize(read);
+  CHECK(status.stages[0].global_step == 40);
+  CHECK(status.stages[0].hashes_agree == true);
+  REQUIRE(status.refused.size() == 1);
+  CHECK(status.refused[0].subkey == "s0p9");
+  CHECK(status.refused[0].reason.rfind("unvouched", 0) == 0);
+  REQUIRE(status.peers.size() == 5);
+  CHECK_FALSE(status.peers[2].progress.has_value());  // s0p9: refused, so not shown
+
+  const std::string text = status_text(status);
+  INFO(text);
+  CHECK(contains(text, "stage 0: 3 peers (3 serving) | 45.0 samples/s | global step 40 | hashes agree\n"));
+  CHECK(text.find(std::to_string(far)) > text.find("refused records: 1"));  // named in its refusal only
+  CHECK(contains(text, "refused records: 1\n  swarm/progress/0 's0p9': unvouched"));
+  const auto j = nlohmann::json::parse(status_json_text(status));
+  CHECK(j["stages"][0]["global_step"] == 40);
+  CHECK(j["refused"]["count"] == 1);
+  CHECK(j["peers"][2]["step"].is_null());
+}
+
 TEST_CASE("a peer that moved counts once, at its newest stage; its departed record is not unmatched") {
   RegistryRead read = two_stage_swarm();
   read.announcements[0].push_back(announcement("s1p1", 0, 10, 0, true, 2));  // older: expires sooner
@@ -195,15 +230,19 @@ TEST_CASE("differing hashes, a syncing peer and an empty stage are shown") {
   CHECK(status.stages[2].peers == 0);
   const std::string text = status_text(status);
   INFO(text);
-  CHECK(contains(text, "global step 7 | HASHES DIFFER"));
+  // Two replicas of two at step 7 with two hashes: neither is vouched (a strict majority).
+  CHECK(contains(text, "global step none vouched (peers at 7) | HASHES DIFFER"));
   CHECK(contains(text, "syncing, progress 0.5 s old"));
   CHECK(contains(text, "stage 2: no peer\n"));
-  CHECK(contains(text, "stage 1: 2 peers (1 serving) | 10.0 samples/s | global step 6 (peers at 2 to 6)\n"));
+  // One of two at step 6 and one at 2 (and no hash for 2 from the first): neither vouched.
+  CHECK(contains(text, "stage 1: 2 peers (1 serving) | 10.0 samples/s | global step none vouched (peers at 2 to 6)\n"));
   const auto j = nlohmann::json::parse(status_json_text(status));
   CHECK(j["stages"][0]["hashes_agree"] == false);
   CHECK(j["stages"][2]["peers"] == 0);
   CHECK(j["stages"][2]["global_step"].is_null());
+  CHECK(j["stages"][0]["global_step"].is_null());
   CHECK(j["stages"][1]["lowest_step"] == 2);
+  CHECK(j["stages"][1]["highest_step"] == 6);
   CHECK(j["stages"][0]["lowest_step"] == 7);
   CHECK(j["peers"][2]["serving"] == false);
 }

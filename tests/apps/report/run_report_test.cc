@@ -3,6 +3,7 @@
 // kinds and junk; the series derived from them (loss, peers per stage, global
 // steps, failures, wire bytes, a resumed run's clock); and a page that escapes
 // every text and says "no data" where a plot has none.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -52,6 +53,7 @@ const char* kCrashedRun = R"({"event":"peer_joined","kind":"event","peer":"s0p0"
 {"event":"peer_joined","kind":"event","peer":"s1p2","stage":1,"time":0.8}
 {"event":"peer_joined","kind":"event","peer":"s1p3","stage":1,"time":0.8}
 {"kind":"step","step":1,"loss":5.5,"tokens_per_s":1000,"microbatches_completed":4,"microbatches_abandoned":0,"retries":0,"samples_completed":16,"wire_bytes":16000,"wire_values":15000,"allreduce_bytes":0,"allreduce_values":0,"time":1.0}
+{"kind":"global_step","stage":0,"step":1,"time":1.1}
 {"hash":"aa","kind":"replica","peer":"s0p0","stage":0,"step":1,"time":1.1}
 {"hash":"aa","kind":"replica","peer":"s0p1","stage":0,"step":1,"time":1.1}
 {"hash":"bb","kind":"replica","peer":"s1p2","stage":1,"step":1,"time":1.1}
@@ -67,7 +69,7 @@ const char* kCrashedRun = R"({"event":"peer_joined","kind":"event","peer":"s0p0"
 
 TEST_CASE("a crashed run: a partial last line is left out, and the page says there is no final record") {
   const RunRecords run = records_of(kCrashedRun, kConfig);
-  CHECK(run.records.size() == 16);
+  CHECK(run.records.size() == 17);
   CHECK(run.last_line_partial);
   CHECK(run.skipped_lines == 0);
 
@@ -264,6 +266,27 @@ TEST_CASE("a resumed run: its clock restarting at 0 continues the time axis, and
   const std::string html = render_report_html(run);
   CHECK(html.find("in 2 segments (resumed 1 times)") != std::string::npos);
   CHECK(svg_of(html, "plot-loss-time").find("<title>10.8 s: resumed</title>") != std::string::npos);
+}
+
+TEST_CASE("the global step chart draws the steps the stages vouched for, never one peer's word") {
+  // What a run whose metrics hold a forged record's replica hashes at step 2^40 looks like
+  // (swarm local wrote such records before it logged vouched steps only).
+  const RunRecords run = records_of(R"({"kind":"global_step","stage":0,"step":39,"time":1.0}
+{"kind":"replica","peer":"a","stage":0,"step":40,"hash":"40","time":2.0}
+{"kind":"replica","peer":"m","stage":0,"step":1099511627776,"hash":"bad","time":2.0}
+{"kind":"global_step","stage":0,"step":40,"time":2.0}
+{"kind":"replica","peer":"m","stage":1,"step":1099511627776,"hash":"bad","time":2.5}
+)", kConfig);
+  const RunTimeline t = build_timeline(run);
+  REQUIRE(t.global_step.size() == 2);
+  REQUIRE_FALSE(t.global_step[0].empty());
+  double highest = 0;
+  for (const auto& [time, step] : t.global_step[0]) highest = std::max(highest, step);
+  CHECK(highest == 40);
+  CHECK(t.global_step[1].empty());  // a replica record alone draws nothing
+  const std::string svg = svg_of(render_report_html(run), "plot-global-steps");
+  CHECK(svg.find("1099511627776") == std::string::npos);
+  CHECK(svg.find("1.09951e+12") == std::string::npos);
 }
 
 TEST_CASE("without config.json the page says so, and token axes count samples") {
