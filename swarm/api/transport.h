@@ -80,6 +80,19 @@ struct SecurityOptions {
 // refuses what the wire layer would have accepted.
 inline constexpr int64_t kDefaultMaxMessageBytes = int64_t{256} << 20;
 
+// What one stranger may hold of a server's connections (transports with real
+// sockets; inproc ignores them).
+struct ConnectionLimits {
+  // A connection that has not finished its handshake by then is closed (libzmq's
+  // ZMQ_HANDSHAKE_IVL). Above 0.
+  int handshake_timeout_ms = 5000;
+  // Connections from one source address that have delivered no request yet. Above 0.
+  int max_unfinished_per_source = 256;
+  // Descriptors the process keeps out of every server's reach (checkpoints, logs,
+  // its own clients), taken from its open-files limit when its first server binds.
+  int descriptor_reserve = 1024;
+};
+
 struct ServerOptions {
   // Handlers may run concurrently on this many threads; at least 1.
   int worker_threads = 1;
@@ -91,6 +104,7 @@ struct ServerOptions {
   // Requests waiting for a worker; beyond this they are answered at once with
   // resource_exhausted ("busy"), so a flood costs a reply, not memory. At least 1.
   int max_queued_requests = 1024;
+  ConnectionLimits connections;
 };
 
 struct ClientOptions {

@@ -559,6 +559,12 @@ class Peer {
         counts["busy"] += static_cast<int64_t>((*server)->busy_replies());
         counts["oversized"] += static_cast<int64_t>((*server)->oversized_requests());
       }
+      if constexpr (requires(const typename T::server_type& sv) { sv.connection_counts(); }) {
+        const auto connections = (*server)->connection_counts();
+        counts["connections_refused"] +=
+            static_cast<int64_t>(connections.refused_source + connections.refused_budget);
+        counts["unfinished_closed"] += static_cast<int64_t>(connections.unfinished_closed);
+      }
     }
     return counts;
   }

@@ -96,9 +96,10 @@ inline constexpr auto kWindowLimit = 20s;
 // final loss compares with the clean run's. The windows take some 70 of stage 0's
 // global steps (8 to steady, 3 x 16, up to 11 while a forged record lapses, a few
 // while an attack lands or the stage settles; the trainer's step leads the stage's by
-// one or two), so the trainer still trains when the last window ends (measure()
-// requires it), and then trains on to this step.
-inline constexpr int64_t kTrainerSteps = 90;
+// one or two), and up to 90 where the window during the attack is a 20,000-connection
+// flood (some 45 steps), so the trainer still trains when the last window ends
+// (measure() requires it), and then trains on to this step.
+inline constexpr int64_t kTrainerSteps = 110;
 inline constexpr int kEvalWindows = 32;  // validation windows at the end (seq-len 32 tokens each)
 
 // How far an attacked run's final validation loss (nats/token) may lie from the clean
@@ -175,7 +176,8 @@ struct HostileRun {
       std::vector<std::string> args = {"peer", "--stage", peer.substr(1, 1), "--stages", "2", "--peer-id", peer,
                                        "--bootstrap", fmt::format("127.0.0.1:{}", port), "--global-batch", "16",
                                        "--lr", "1e-2", "--warmup", "2", "--allreduce-part-timeout", "1",
-                                       "--emulated-cost", kEmulatedCost};
+                                       "--emulated-cost", kEmulatedCost, "--checkpoint",
+                                       (dir / (peer + ".ckpt")).string(), "--checkpoint-every", "8"};
       args.insert(args.end(), model.begin(), model.end());
       peer_pids[peer] = spawn(args, dir / (peer + ".log"));
       children.push_back(peer_pids[peer]);

@@ -1,5 +1,7 @@
 #include "transports/zmq/zmq_transport.h"
 
+#include "transports/zmq/connection_guard.h"
+
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -125,6 +127,7 @@ struct ZmqServer::Impl {
   zmq::socket_t replies{context, zmq::socket_type::pull};
   std::unique_ptr<zmq::socket_t> zap;
   std::unordered_set<std::string> allowed_keys;  // raw 32-byte keys
+  std::unique_ptr<ConnectionGuard> guard;        // TCP servers only
 
   TransportCounters counters;
   std::atomic<uint64_t> malformed{0};
@@ -162,6 +165,7 @@ struct ZmqServer::Impl {
     for (auto& worker : workers) worker.join();
     if (io_thread.joinable()) io_thread.join();
     if (zap_thread.joinable()) zap_thread.join();
+    if (guard) guard->stop();
     router.close();
     replies.close();
     if (zap) zap->close();
@@ -272,6 +276,7 @@ struct ZmqServer::Impl {
                                         : fmt::format("zmq:{}", hex(parts[0].data(), parts[0].size()));
       for (size_t i = 2; i < parts.size(); ++i) request.frames.parts.push_back(adopt(std::move(parts[i])));
       counters.count_received(bytes);
+      if (guard) guard->request_arrived(zmq_msg_get(parts[1].handle(), ZMQ_SRCFD));
       request.routing_id = std::move(parts[0]);
       request.call_id = std::move(parts[1]);
       if (serving_inline) {
@@ -344,11 +349,20 @@ uint64_t ZmqServer::malformed_messages() const { return impl_->malformed.load();
 uint64_t ZmqServer::refused_handshakes() const { return impl_->refused.load(); }
 uint64_t ZmqServer::oversized_requests() const { return impl_->oversized.load(); }
 uint64_t ZmqServer::busy_replies() const { return impl_->busy.load(); }
+ConnectionCounts ZmqServer::connection_counts() const {
+  return impl_->guard ? impl_->guard->counts() : ConnectionCounts{};
+}
+size_t ZmqServer::open_connections() const { return impl_->guard ? impl_->guard->open_connections() : 0; }
 
 Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions options) {
   if (options.worker_threads < 1) return invalid_argument("a server needs at least one worker thread");
   if (options.max_message_bytes <= 0) return invalid_argument("max_message_bytes must be above 0");
   if (options.max_queued_requests < 1) return invalid_argument("max_queued_requests must be at least 1");
+  const ConnectionLimits& limits = options.connections;
+  if (limits.handshake_timeout_ms < 1 || limits.max_unfinished_per_source < 1 || limits.descriptor_reserve < 0) {
+    return invalid_argument("connection limits: handshake_timeout_ms and max_unfinished_per_source must be at least "
+                            "1, descriptor_reserve at least 0");
+  }
   auto impl = std::make_unique<ZmqServer::Impl>();
   impl->options = options;
   try {
@@ -373,6 +387,8 @@ Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions o
       impl->router.set(zmq::sockopt::zap_domain, "swarm");
     }
     impl->router.set(zmq::sockopt::linger, 0);
+    impl->router.set(zmq::sockopt::handshake_ivl, limits.handshake_timeout_ms);
+    if (address.starts_with("tcp://")) impl->guard = std::make_unique<ConnectionGuard>(impl->context, impl->router, limits);
     impl->router.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
     impl->router.set(zmq::sockopt::rcvhwm, kHighWaterMark);
     impl->router.set(zmq::sockopt::sndhwm, kHighWaterMark);
@@ -382,6 +398,7 @@ Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions o
     impl->router.bind(address);
     impl->address = impl->router.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& error) {
+    if (impl->guard) impl->guard->stop();
     if (impl->zap) impl->zap->close();
     return unavailable("cannot bind {}: {}", address, error.what());
   }

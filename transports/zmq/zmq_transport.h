@@ -26,6 +26,7 @@
 #include "swarm/core/status.h"
 #include "swarm/wire/wire.h"
 #include "swarm/api/transport.h"
+#include "transports/zmq/connection_table.h"
 
 namespace swarm {
 
@@ -55,6 +56,11 @@ class ZmqServer {
   // handler itself and never answers busy; the socket's high-water mark and
   // TCP push back on senders instead.
   uint64_t busy_replies() const;
+  // Connections the guard shut down (per source, over the descriptor budget) and
+  // handshakes closed unfinished after ConnectionLimits::handshake_timeout_ms.
+  ConnectionCounts connection_counts() const;
+  // Accepted TCP connections open now, as the guard counts them.
+  size_t open_connections() const;
 
  private:
   friend struct ZmqTransport;

@@ -1,0 +1,185 @@
+// A stranger's unfinished handshakes against a peer, over real processes and
+// sockets (the swarm, the windows and the checks: hostile_rounds_fixture.h). While
+// a trainer trains, a process without the secret opens 20,000 TCP connections to
+// one stage-0 peer from its own loopback address and never speaks: once, this took
+// a peer from 182 to 556 MiB and filled its descriptor table (20000/20000), and its
+// checkpoints failed with "Too many open files". The peer's connection guard keeps
+// at most its per-source cap of them, shuts the rest down and counts them, so its
+// descriptors stay far below the limit, its checkpoints are written and stage 0
+// trains on at its rate.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <doctest/doctest.h>
+
+#include "tests/apps/hostile_rounds_fixture.h"
+
+namespace swarm {
+namespace {
+
+using namespace hostile_rounds;  // HostileRun, Window, clean_run, check_*, and hostile_member.h
+using namespace std::chrono_literals;
+
+constexpr int kConnections = 20000;
+
+int open_from(const char* source, int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &local.sin_addr);
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool ended(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return false;
+  char bytes[128];
+  return ::recv(fd, bytes, sizeof(bytes), MSG_DONTWAIT) == 0 || !(p.revents & POLLIN) || (p.revents & POLLHUP);
+}
+
+int64_t descriptors_of(pid_t pid) {
+  int64_t n = 0;
+  if (DIR* dir = ::opendir(fmt::format("/proc/{}/fd", pid).c_str())) {
+    while (::readdir(dir) != nullptr) ++n;
+    ::closedir(dir);
+  }
+  return std::max<int64_t>(0, n - 2);
+}
+
+int64_t open_files_limit() {
+  rlimit limit{};
+  return ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? static_cast<int64_t>(limit.rlim_cur) : 1024;
+}
+
+// The stranger: kConnections connections from two addresses of its own, each
+// held until the peer ends it (two threads: on 2 cores one opens some 500 a second).
+struct Stranger {
+  std::atomic<int64_t> opened{0}, failed{0}, held{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+
+  explicit Stranger(int port) {
+    for (const char* source : {"127.0.0.2", "127.0.0.3"}) {
+      threads.emplace_back([this, port, source] { flood(source, port); });
+    }
+  }
+  ~Stranger() {
+    stop = true;
+    for (auto& t : threads) t.join();
+  }
+
+  void flood(const char* source, int port) {
+    std::vector<int> open;
+    while (!stop && opened + failed < kConnections) {
+      const int fd = open_from(source, port);
+      (fd >= 0 ? opened : failed) += 1;
+      if (fd >= 0) open.push_back(fd);
+      if (open.size() % 64 == 0) {
+        const size_t before = open.size();
+        std::erase_if(open, [](int f) { return ended(f) ? (::close(f), true) : false; });
+        held += static_cast<int64_t>(open.size()) - static_cast<int64_t>(before);
+      }
+      if (fd >= 0) ++held;
+    }
+    for (int f : open) ::close(f);
+  }
+};
+
+TEST_CASE("a stranger's 20,000 unfinished handshakes leave a peer's descriptors, checkpoints and rate alone") {
+  const RunEnd& clean = clean_run();
+  HostileRun run("hostile-handshake");
+  Attacker& attacker = *run.attacker;
+  const std::string victim = "p00";
+  const pid_t pid = run.peer_pids.at(victim);
+  const LivePeer* target = nullptr;
+  for (const auto& [id, peer] : run.peers) {
+    if (id.starts_with(victim + ".")) target = &peer;
+  }
+  REQUIRE(target != nullptr);
+  const int port = std::stoi(target->compute.substr(target->compute.rfind(':') + 1));
+  const protocol::RefusalCounts at_start = refusals_of(attacker, *target);
+  const fs::path checkpoint = run.dir / (victim + ".ckpt");
+
+  run.wait_until_steady();
+  const Window before = run.measure("before");
+  const int64_t descriptors_before = descriptors_of(pid);
+  const auto checkpoint_before = fs::exists(checkpoint) ? fs::last_write_time(checkpoint) : fs::file_time_type::min();
+
+  // The window during the attack is the flood itself: from its first connection
+  // to its last (some 20 s on 2 cores, beside the swarm).
+  int64_t most_descriptors = 0;
+  Window during{"during", 0};
+  {
+    std::atomic<bool> watching{true};
+    std::thread watcher([&] {
+      while (watching) {
+        most_descriptors = std::max(most_descriptors, descriptors_of(pid));
+        std::this_thread::sleep_for(20ms);
+      }
+    });
+    const auto start = Clock::now();
+    during.from = run.watched_step();
+    Stranger stranger(port);
+    const bool done = run.wait([&] { return stranger.opened + stranger.failed >= kConnections; }, 60s);
+    during.to = run.watched_step();
+    during.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    watching = false;
+    watcher.join();
+    MESSAGE(fmt::format("the stranger opened {} connections ({} failed) in {:.1f} s, held {} at the end",
+                        stranger.opened.load(), stranger.failed.load(), during.seconds, stranger.held.load()));
+    CHECK(done);
+    CHECK(stranger.opened >= kConnections * 9 / 10);
+  }
+  const Window after = run.measure("after");
+
+  const int64_t limit = open_files_limit();
+  protocol::RefusalCounts now = refusals_of(attacker, *target);
+  const int64_t refused = now["connections_refused"] - at_start.at("connections_refused");
+  const int64_t unfinished = now["unfinished_closed"] - at_start.at("unfinished_closed");
+  MESSAGE(fmt::format("peer {}: descriptors {} before, at most {} during (limit {}); connections refused +{}, closed "
+                      "unfinished +{}; RSS {} MiB",
+                      victim, descriptors_before, most_descriptors, limit, refused, unfinished, rss_kib(pid) / 1024));
+  // The per-source caps for two sources (256 each), and what the guard has yet to
+  // shut down: within the reserve the guard keeps for checkpoints and clients.
+  CHECK(most_descriptors <= descriptors_before + 1024);
+  CHECK(most_descriptors < limit - 1024);
+  CHECK(refused >= kConnections / 4);
+  CHECK(fs::exists(checkpoint));
+  CHECK(fs::last_write_time(checkpoint) > checkpoint_before);
+  const std::string log = read_all(run.dir / (victim + ".log"));
+  CHECK(log.find("checkpoint failed") == std::string::npos);
+  CHECK(log.find("Too many open files") == std::string::npos);
+
+  const RunEnd end = run.finish_training();
+  check_rates(before, during, after);
+  run.check_rss();
+  run.check_replicas_agree();
+  check_loss(end, clean);
+}
+
+}  // namespace
+}  // namespace swarm
