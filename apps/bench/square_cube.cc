@@ -257,7 +257,7 @@ Result<PointResult> measure(const SquareCubeOptions& o, const PointSpec& spec, P
   SWARM_ASSIGN_OR_RETURN(auto server, ZmqTransport::bind("tcp://127.0.0.1:*", ServerOptions{}));
   SWARM_RETURN_IF_ERROR(server.serve(validating_handler(
       wire::Limits{}, std::make_shared<wire::ValidationCounters>(),
-      [&](const PeerIdentity&, const wire::DecodedMessage& m) { return service.handle(m); })));
+      [&](const PeerIdentity& from, const wire::DecodedMessage& m) { return service.handle(from, m); })));
   NetemOptions netem{.up = netem_link(link), .down = netem_link(link)};
   SWARM_ASSIGN_OR_RETURN(auto client, Link::connect(server.address(), NetemClientOptions(netem)));
 

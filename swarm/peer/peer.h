@@ -473,7 +473,8 @@ class Peer {
         config_.limits, counters_,
         [this](const PeerIdentity& from, const wire::DecodedMessage& m) { return this->control(from, m); })));
     return compute_server_->serve(validating_handler(
-        config_.limits, counters_, [this](const PeerIdentity&, const wire::DecodedMessage& m) { return this->compute(m); }));
+        config_.limits, counters_,
+        [this](const PeerIdentity& from, const wire::DecodedMessage& m) { return this->compute(from, m); }));
   }
 
   std::string control_bind_address() const {
@@ -510,12 +511,12 @@ class Peer {
     }
   }
 
-  wire::Frames compute(const wire::DecodedMessage& message) {
+  wire::Frames compute(const PeerIdentity& from, const wire::DecodedMessage& message) {
     auto parts = current();
     if (message.header.kind == wire::MessageKind::info) return info(message, *parts);
     if (Status refused = refuse(message, *parts); !refused.is_ok()) return error(message, refused);
     if (message.header.kind == wire::MessageKind::ping) return ok(message);
-    return parts->service->handle(message);
+    return parts->service->handle(from, message);
   }
 
   // The spec of the stage it serves now, and the sample ledger of the stage asked
@@ -542,6 +543,8 @@ class Peer {
     protocol::RefusalCounts counts{{"validation", s.rejected},
                                    {"spec", s.spec_refused},
                                    {"loss_gradient", s.loss_gradient_refused},
+                                   {"backward_unbound", s.backward_unbound},
+                                   {"backward_input", s.backward_other_input},
                                    {"parts", s.parts_refused},
                                    {"contributions_ignored", s.contributions_ignored},
                                    {"states", s.states_refused},

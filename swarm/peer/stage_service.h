@@ -7,10 +7,12 @@
 // is computed, and a backward is accumulated by the replica (once per microbatch,
 // only within its deadline); each refusal is an error reply and a ledger count.
 // The replica is reached through a shared pointer that set_replica swaps, so the
-// next request already runs on the new one.
+// next request already runs on the new one. A stage that does not compute the loss
+// takes a backward only for a forward it served the same caller with the same
+// input (ForwardLedger), and only once.
 //
 //   StageService<S, Codecs> service(options, replica, &stats, hooks);
-//   wire::Frames reply = service.handle(decoded_request);
+//   wire::Frames reply = service.handle(from, decoded_request);
 #pragma once
 
 #include <atomic>
@@ -22,9 +24,13 @@
 #include <optional>
 #include <thread>
 
+#include <xxhash.h>
+
 #include "swarm/api/codec.h"
 #include "swarm/api/stage.h"
+#include "swarm/api/transport.h"
 #include "swarm/peer/forward_batcher.h"
+#include "swarm/peer/forward_ledger.h"
 #include "swarm/peer/peer_stats.h"
 #include "swarm/peer/replica.h"
 #include "swarm/protocol/stage_protocol.h"
@@ -44,6 +50,7 @@ struct StageServiceOptions {
   // (compute + emulated_seconds_per_sample x samples, x2.5 for backward) x slowdown.
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
+  ForwardLedgerLimits forwards;
 };
 
 // What the service asks of the rest of the peer.
@@ -60,7 +67,8 @@ class StageService {
   StageService(StageServiceOptions options, std::shared_ptr<ReplicaT> replica, StatsBoard* stats,
                StageServiceHooks hooks)
       : options_(options), stats_(stats), hooks_(std::move(hooks)),
-        batcher_(options.max_batch, [this] { stats_->update([](PeerStats& s) { ++s.forward_batches; }); }) {
+        batcher_(options.max_batch, [this] { stats_->update([](PeerStats& s) { ++s.forward_batches; }); }),
+        forwards_(options.forwards) {
     set_replica(std::move(replica));
   }
 
@@ -69,6 +77,8 @@ class StageService {
     spec_ = protocol::StageSpec{replica->stage_index(), replica->io_spec(), options_.codec,
                                 options_.gradient_codec.value_or(options_.codec)};
     replica_ = std::move(replica);
+    std::lock_guard forwards_lock(forwards_mu_);
+    forwards_ = ForwardLedger(options_.forwards);  // forwards of another stage bind nothing here
   }
   std::shared_ptr<ReplicaT> replica() const {
     std::lock_guard lock(mu_);
@@ -82,7 +92,7 @@ class StageService {
   // Requests being served or waiting to be; beyond one, this is the queue.
   int64_t in_service() const { return in_service_.load(); }
 
-  wire::Frames handle(const wire::DecodedMessage& message) {
+  wire::Frames handle(const PeerIdentity& from, const wire::DecodedMessage& message) {
     InService counted(in_service_);
     const auto started = std::chrono::steady_clock::now();
     std::shared_ptr<ReplicaT> replica;
@@ -112,8 +122,15 @@ class StageService {
     };
     if (Status timely = admit(*replica, *call); !timely.is_ok()) return refused(timely);
     if (Status ready = hooks_.can_serve(); !ready.is_ok()) return error(ready);
+    // The loss stage runs a microbatch's forward and backward as one request: nothing to bind.
+    const bool bound = !spec.io.targets.has_value();
+    const uint64_t digest = bound ? input_digest(*call->input) : 0;
+    if (bound && call->is_backward()) {
+      if (Status ok = check_forward(from, *call, digest); !ok.is_ok()) return refused(ok);
+    }
     auto reply = serve(*replica, spec, *call, started);
     if (!reply.is_ok()) return refused(reply.status());
+    if (bound) settle_forward(from, *call, digest);
     if (call->is_backward()) hooks_.on_backward(call->batch);
     // A backward slept out its emulated time before its deadline check.
     const double seconds = call->is_backward() ? elapsed(started) : emulate(started, call->batch, false);
@@ -123,6 +140,51 @@ class StageService {
   }
 
  private:
+  // Of the input as it crossed the wire: the trainer re-sends a forward's exact bytes.
+  static uint64_t input_digest(const wire::DecodedTensor& input) {
+    XXH3_state_t* state = XXH3_createState();
+    XXH3_64bits_reset(state);
+    const uint8_t kind[2] = {static_cast<uint8_t>(input.dtype), static_cast<uint8_t>(input.codec)};
+    XXH3_64bits_update(state, kind, sizeof(kind));
+    for (int64_t dim : input.shape.dims()) XXH3_64bits_update(state, &dim, sizeof(dim));
+    XXH3_64bits_update(state, input.payload.data(), input.payload.size());
+    const uint64_t digest = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    return digest;
+  }
+
+  static double steady_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+
+  Status check_forward(const PeerIdentity& from, const protocol::StageCall& call, uint64_t digest) {
+    Status status;
+    ForwardLedgerCounts before, after;
+    {
+      std::lock_guard lock(forwards_mu_);
+      before = forwards_.counts();
+      status = forwards_.check(from.id, call.microbatch_id, digest, steady_seconds());
+      after = forwards_.counts();
+    }
+    if (!status.is_ok()) {
+      stats_->update([&](PeerStats& s) {
+        s.backward_unbound += after.unbound - before.unbound;
+        s.backward_other_input += after.other_input - before.other_input;
+      });
+    }
+    return status;
+  }
+
+  // A served forward binds its backward; a backward that counted spends it.
+  void settle_forward(const PeerIdentity& from, const protocol::StageCall& call, uint64_t digest) {
+    std::lock_guard lock(forwards_mu_);
+    if (call.is_backward()) {
+      forwards_.consume(from.id, call.microbatch_id);
+    } else {
+      forwards_.record(from.id, call.microbatch_id, digest, steady_seconds());
+    }
+  }
+
   struct InService {
     std::atomic<int64_t>& count;
     explicit InService(std::atomic<int64_t>& c) : count(c) { ++count; }
@@ -216,6 +278,8 @@ class StageService {
   std::shared_ptr<ReplicaT> replica_;
   protocol::StageSpec spec_;
   std::atomic<int64_t> in_service_{0};
+  std::mutex forwards_mu_;
+  ForwardLedger forwards_;
 };
 
 }  // namespace swarm

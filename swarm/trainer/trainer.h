@@ -267,6 +267,9 @@ class Trainer {
 
   // Longer than a record lives (the announce TTL), shorter than a flood takes to matter.
   static constexpr double kForgetPeerSeconds = 60.0;
+  // Forwards run again for one stage's backward when the peer of the last one
+  // cannot take it; each costs a forward and a round trip.
+  static constexpr int kMaxRebinds = 3;
 
   double now() const { return std::chrono::duration<double>(Clock::now() - started_at_).count(); }
 
@@ -320,8 +323,12 @@ class Trainer {
     std::vector<wire::EncodedTensor> inputs(config_.num_stages);
     inputs[0] = std::move(first).value();
     const wire::EncodedTensor labels = protocol::raw_tensor(targets);
+    // The peer that served each stage's forward: a peer takes a backward only for
+    // a forward it served this trainer (ForwardLedger).
+    std::vector<std::string> forward_peer(config_.num_stages);
     for (int s = 0; s < last; ++s) {
-      auto reply = call_stage(s, make_request(wire::MessageKind::forward, microbatch, inputs[s]), batch, &outcome);
+      auto reply = call_stage(s, make_request(wire::MessageKind::forward, microbatch, inputs[s]), batch, &outcome,
+                              &forward_peer[s]);
       if (!reply.is_ok()) return abandon(outcome, s, "forward", reply.status());
       if (!reply->tensor) return abandon(outcome, s, "forward", internal("the reply carries no output"));
       inputs[s + 1] = std::move(*reply->tensor);
@@ -340,9 +347,11 @@ class Trainer {
     d_loss.data<float>()[0] = protocol::kLossGradient;
     wire::EncodedTensor grad = protocol::raw_tensor(d_loss);
     for (int s = last; s >= 0; --s) {
-      auto request = make_request(wire::MessageKind::backward, microbatch, inputs[s], grad,
-                                  s == last ? std::optional(labels) : std::nullopt);
-      auto reply = call_stage(s, std::move(request), batch, &outcome);
+      auto reply = s == last ? call_stage(s, make_request(wire::MessageKind::backward, microbatch, inputs[s], grad,
+                                                          labels),
+                                          batch, &outcome)
+                             : backward_where_forwarded(s, microbatch, inputs[s], grad, batch, &outcome,
+                                                        forward_peer[s]);
       if (!reply.is_ok()) return abandon(outcome, s, "backward", reply.status());
       if (s == last) outcome.loss = *reply->loss;
       if (s > 0) {
@@ -353,6 +362,34 @@ class Trainer {
     }
     outcome.completed = true;
     return outcome;
+  }
+
+  // A stage's backward at the peer that served its forward. When that peer cannot
+  // take it (gone, busy past its deadline, or it forgot the forward), the forward
+  // runs again at a peer the router picks, and the backward follows it there: the
+  // output gradient belongs to the first forward's output, as with any recompute.
+  Result<protocol::StageReply> backward_where_forwarded(int s, uint64_t microbatch, const wire::EncodedTensor& input,
+                                                        const wire::EncodedTensor& grad, int64_t batch,
+                                                        MicrobatchOutcome* outcome, std::string& peer) {
+    Status last_error = unavailable("stage {}: no forward to take the backward", s);
+    std::vector<std::string> failed;
+    for (int attempt = 0; attempt <= kMaxRebinds; ++attempt) {
+      if (attempt > 0) {
+        auto again = call_stage(s, make_request(wire::MessageKind::forward, microbatch, input), batch, outcome, &peer,
+                                nullptr, failed);
+        if (!again.is_ok()) return again.status();
+      }
+      auto reply = call_stage(s, make_request(wire::MessageKind::backward, microbatch, input, grad), batch, outcome,
+                              nullptr, &peer);
+      if (reply.is_ok() || reply.status().code() == StatusCode::invalid_argument) return reply;
+      // A retry whose first attempt the peer did accumulate (its reply came too
+      // late): the first stage's backward replies nothing, so it is done.
+      if (s == 0 && reply.status().code() == StatusCode::already_exists) return protocol::StageReply{};
+      last_error = reply.status().with_context(peer);
+      failed.push_back(peer);
+      ++outcome->retries;
+    }
+    return last_error.with_context(fmt::format("stage {}: {} forwards, none took its backward", s, kMaxRebinds + 1));
   }
 
   protocol::StageRequest make_request(wire::MessageKind kind, uint64_t microbatch, const wire::EncodedTensor& input,
@@ -418,20 +455,29 @@ class Trainer {
 
   // One hop: pick a peer, call it, retry elsewhere on failure. The reply's tensors
   // share the received frames.
+  // `served_by`: set to the peer that answered. `pinned`: only that peer is asked,
+  // once (its failure is the caller's to handle).
   Result<protocol::StageReply> call_stage(int index, protocol::StageRequest message, int64_t batch,
-                                          MicrobatchOutcome* outcome) {
+                                          MicrobatchOutcome* outcome, std::string* served_by = nullptr,
+                                          const std::string* pinned = nullptr,
+                                          const std::vector<std::string>& exclude = {}) {
     StageState& stage = *stages_[index];
     const TaskKind kind = message.kind == wire::MessageKind::forward ? TaskKind::forward : TaskKind::backward;
     const double give_up_at = std::min(now() + config_.abandon_after_seconds, give_up_by_.load());
     // Encodable before any peer is asked.
     SWARM_RETURN_IF_ERROR(protocol::encode_request(message, index, reply_codec(message.kind)).status());
     const Hop hop{index, kind, batch, message.targets.has_value(), protocol::volume_of(message)};
-    std::vector<std::string> tried;
+    std::vector<std::string> tried = exclude;
     Status last_error = unavailable("stage {} has no peers", index);
     bool force_refresh = false;
     while (true) {
       refresh(stage, index, force_refresh);
       force_refresh = false;
+      if (pinned != nullptr) {
+        std::optional<std::pair<std::string, std::string>> peer = choose_pinned(stage, kind, batch, *pinned);
+        if (!peer) return unavailable("stage {}: peer {} is no longer usable", index, *pinned);
+        return call_peer(stage, hop, peer->first, peer->second, message);
+      }
       std::optional<std::pair<std::string, std::string>> peer = choose(stage, kind, batch, tried);
       if (!peer) {
         if (now() > give_up_at) {
@@ -449,7 +495,10 @@ class Trainer {
         continue;
       }
       Result<protocol::StageReply> reply = call_peer(stage, hop, peer->first, peer->second, message);
-      if (reply.is_ok()) return reply;
+      if (reply.is_ok()) {
+        if (served_by != nullptr) *served_by = peer->first;
+        return reply;
+      }
       // A bad request is our fault, not the peer's: retrying elsewhere cannot help.
       if (reply.status().code() == StatusCode::invalid_argument) return reply.status();
       last_error = reply.status().with_context(peer->first);
@@ -474,6 +523,22 @@ class Trainer {
     if (!peer) return std::nullopt;
     auto known = stage.addresses.find(*peer);
     return std::make_pair(*peer, known == stage.addresses.end() ? std::string() : known->second.address);
+  }
+
+  // `pinned`, if the router still deems it usable: the router is asked with every
+  // other known peer excluded, so the task counts in its wiring as any other.
+  std::optional<std::pair<std::string, std::string>> choose_pinned(StageState& stage, TaskKind kind, int64_t batch,
+                                                                   const std::string& pinned) {
+    std::lock_guard lock(stage.mu);
+    auto known = stage.addresses.find(pinned);
+    if (known == stage.addresses.end()) return std::nullopt;
+    std::vector<std::string> others;
+    for (const auto& [id, address] : stage.addresses) {
+      if (id != pinned) others.push_back(id);
+    }
+    std::optional<std::string> peer = stage.router.choose(kind, batch, now(), others);
+    if (peer != pinned) return std::nullopt;
+    return std::make_pair(pinned, known->second.address);
   }
 
   // A forward's reply carries activations, a backward's an input gradient.

@@ -128,9 +128,22 @@ class RawClient {
  public:
   explicit RawClient(const std::string& address) : client_(ZmqTransport::connect(address, {}).value()) {}
 
+  // As a trainer sends it: after its forward, at this peer, from this client (a
+  // peer takes a backward only for a forward it served the caller).
   Status backward(uint64_t microbatch, int64_t deadline_ms) {
+    if (Status forwarded = forward(microbatch, protocol::unix_millis_now() + 20'000); !forwarded.is_ok()) {
+      return forwarded;
+    }
     protocol::StageRequest request{wire::MessageKind::backward, next_id_++, protocol::raw_tensor(input_),
                                    protocol::raw_tensor(grad_), std::nullopt, microbatch, deadline_ms};
+    return send(request);
+  }
+  // A backward with no forward sent first: `other_input` sends other bytes as its input.
+  Status backward_only(uint64_t microbatch, bool other_input = false) {
+    const Tensor input = other_input ? random_tensor(Shape{kRows, kFirstLayer.in}, 3) : input_;
+    protocol::StageRequest request{wire::MessageKind::backward, next_id_++, protocol::raw_tensor(input),
+                                   protocol::raw_tensor(grad_), std::nullopt, microbatch,
+                                   protocol::unix_millis_now() + 20'000};
     return send(request);
   }
   Status forward(uint64_t microbatch, int64_t deadline_ms) {
@@ -177,6 +190,26 @@ TEST_CASE("a peer accumulates a microbatch's backward once; a second one is an e
   CHECK(knobs->backward_calls == 2);  // refused before any compute
 }
 
+TEST_CASE("a peer takes a backward only for a forward it served the same caller, with the same input, once") {
+  InProcessRegistry registry;
+  auto knobs = std::make_shared<Knobs>();
+  auto peer = start_peer(&registry, "binding-peer", knobs);
+  RawClient alice(peer->address()), mallory(peer->address());
+
+  CHECK(mallory.backward_only(0x21).code() == StatusCode::permission_denied);  // never forwarded
+  REQUIRE(alice.forward(0x22, in_ms(10'000)).is_ok());
+  CHECK(mallory.backward_only(0x22).code() == StatusCode::permission_denied);  // alice's forward
+  CHECK(alice.backward_only(0x22, /*other_input=*/true).code() == StatusCode::permission_denied);
+  CHECK(alice.backward_only(0x22).is_ok());
+  CHECK(alice.backward_only(0x22).code() == StatusCode::permission_denied);  // spent
+
+  const PeerStats stats = peer->stats();
+  CHECK(stats.backward_unbound == 3);
+  CHECK(stats.backward_other_input == 1);
+  CHECK(stats.ledger.samples_accumulated_total == kRows);
+  CHECK(knobs->backward_calls == 1);  // refused before any compute
+}
+
 TEST_CASE("a peer drops work whose deadline passed, before or during its compute, and refuses a far deadline") {
   InProcessRegistry registry;
   auto knobs = std::make_shared<Knobs>();
@@ -185,7 +218,7 @@ TEST_CASE("a peer drops work whose deadline passed, before or during its compute
 
   CHECK(client.forward(0x10, in_ms(-1)).code() == StatusCode::deadline_exceeded);
   CHECK(client.backward(0x11, in_ms(-1)).code() == StatusCode::deadline_exceeded);
-  CHECK(knobs->forward_calls == 0);
+  CHECK(knobs->forward_calls == 1);  // 0x11's forward (RawClient::backward sends it first), not the refused ones
   CHECK(knobs->backward_calls == 0);
 
   // The deadline passes while the stage computes: not accumulated.
