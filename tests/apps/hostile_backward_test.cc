@@ -155,11 +155,7 @@ TEST_CASE("a member trainer's steered loss-stage backwards are refused and count
   }
   CHECK(unbound_counted == unbound.refused);
 
-  const RunEnd end = run.finish_training();
-  check_rates(before, during, after);
-  run.check_rss();
-  run.check_replicas_agree();
-  check_loss(end, clean);
+  finish_and_judge(run, before, during, after, clean);
 }
 
 }  // namespace

@@ -7,12 +7,8 @@
 // at most its per-source cap of them, shuts the rest down and counts them, so its
 // descriptors stay far below the limit, its checkpoints are written and stage 0
 // trains on at its rate.
-#include <arpa/inet.h>
 #include <dirent.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,39 +23,17 @@
 #include <doctest/doctest.h>
 
 #include "tests/apps/hostile_rounds_fixture.h"
+#include "tests/transports/zmq/stranger_socket.h"
 
 namespace swarm {
 namespace {
 
 using namespace hostile_rounds;  // HostileRun, Window, clean_run, check_*, and hostile_member.h
 using namespace std::chrono_literals;
+using test_sockets::ended;
+using test_sockets::open_from;
 
 constexpr int kConnections = 20000;
-
-int open_from(const char* source, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &local.sin_addr);
-  sockaddr_in remote{};
-  remote.sin_family = AF_INET;
-  remote.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-bool ended(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  char bytes[128];
-  return ::recv(fd, bytes, sizeof(bytes), MSG_DONTWAIT) == 0 || !(p.revents & POLLIN) || (p.revents & POLLHUP);
-}
 
 int64_t descriptors_of(pid_t pid) {
   int64_t n = 0;
@@ -174,11 +148,7 @@ TEST_CASE("a stranger's 20,000 unfinished handshakes leave a peer's descriptors,
   CHECK(log.find("checkpoint failed") == std::string::npos);
   CHECK(log.find("Too many open files") == std::string::npos);
 
-  const RunEnd end = run.finish_training();
-  check_rates(before, during, after);
-  run.check_rss();
-  run.check_replicas_agree();
-  check_loss(end, clean);
+  finish_and_judge(run, before, during, after, clean);
 }
 
 }  // namespace

@@ -109,11 +109,7 @@ TEST_CASE("junk round messages from a member cannot freeze its stage") {
     MESSAGE("peer " << peer.id << " refusal counters grew:" << grown);
     CHECK(now.at("parts") > before_counts[peer.id]["parts"]);
   }
-  const RunEnd end = run.finish_training();
-  check_rates(before, during, after);
-  run.check_rss();
-  run.check_replicas_agree();
-  check_loss(end, clean);
+  finish_and_judge(run, before, during, after, clean);
 }
 
 TEST_CASE("a member that JOINs with the stage's own step and hash, then sends nothing, cannot freeze its stage") {
@@ -240,11 +236,7 @@ TEST_CASE("a flood of parts in the leader's name at the current step cannot free
                       tally.sent, tally.accepted, tally.last_other, tally.refused, tally.last_refusal,
                       tally.unanswered)
           << log_lines(run, "aborted"));
-  const RunEnd end = run.finish_training();
-  check_rates(before, during, after);
-  run.check_rss();
-  run.check_replicas_agree();
-  check_loss(end, clean);
+  finish_and_judge(run, before, during, after, clean);
 }
 
 }  // namespace

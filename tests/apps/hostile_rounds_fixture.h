@@ -426,6 +426,16 @@ inline void check_loss(const RunEnd& attacked, const RunEnd& clean) {
   CHECK(std::abs(attacked.validation_loss - clean.validation_loss) <= kLossTolerance);
 }
 
+// An attacked run's end: its trainer's steps done, then every check of the header.
+inline void finish_and_judge(HostileRun& run, const Window& before, const Window& during, const Window& after,
+                             const RunEnd& clean) {
+  const RunEnd end = run.finish_training();
+  check_rates(before, during, after);
+  run.check_rss();
+  run.check_replicas_agree();
+  check_loss(end, clean);
+}
+
 // Lines of the stage-0 peers' logs that name `what`, counted, with the last one.
 inline std::string log_lines(HostileRun& run, const std::string& what) {
   std::string out;

@@ -2,10 +2,6 @@
 // from their own loopback address that never speak. The server keeps at most its
 // per-source cap of them, shuts the rest down at once, closes the kept ones after
 // the handshake timeout and counts both; a key holder is served throughout.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +11,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/transports/zmq/stranger_socket.h"
 #include "transports/zmq/curve_keys.h"
 #include "transports/zmq/zmq_transport.h"
 
@@ -22,33 +19,8 @@ namespace swarm {
 namespace {
 
 using namespace std::chrono_literals;
-
-// A connected TCP socket from `source` to 127.0.0.1:port, or -1.
-int open_from(const char* source, int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &local.sin_addr);
-  sockaddr_in remote{};
-  remote.sin_family = AF_INET;
-  remote.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &remote.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Whether the server ended this connection (end of stream or reset), without blocking.
-bool ended(int fd) {
-  pollfd p{fd, POLLIN, 0};
-  if (::poll(&p, 1, 0) <= 0) return false;
-  char byte;
-  return ::recv(fd, &byte, 1, MSG_DONTWAIT) <= 0;
-}
+using test_sockets::ended;
+using test_sockets::open_from;
 
 bool eventually(const std::function<bool()>& done, std::chrono::milliseconds within) {
   const auto until = std::chrono::steady_clock::now() + within;
