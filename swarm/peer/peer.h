@@ -88,6 +88,8 @@ struct PeerConfig {
   // Emulated machines, for tests and experiments: see StageServiceOptions.
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
+  // Forwards remembered to bind their backwards (StageService, ForwardLedger).
+  ForwardLedgerLimits forwards;
 
   // Stage synchronization; 0 keeps the solo mode above.
   int64_t global_batch_samples = 0;
@@ -394,7 +396,8 @@ class Peer {
             .max_batch = config_.max_batch,
             .max_request_rows = config_.max_request_rows,
             .slowdown = config_.slowdown,
-            .emulated_seconds_per_sample = config_.emulated_seconds_per_sample};
+            .emulated_seconds_per_sample = config_.emulated_seconds_per_sample,
+            .forwards = config_.forwards};
   }
 
   // `parts` owns the service these hooks serve, so it outlives every call.
