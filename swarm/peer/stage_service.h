@@ -15,6 +15,8 @@
 //   wire::Frames reply = service.handle(from, decoded_request);
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -142,15 +144,12 @@ class StageService {
  private:
   // Of the input as it crossed the wire: the trainer re-sends a forward's exact bytes.
   static uint64_t input_digest(const wire::DecodedTensor& input) {
-    XXH3_state_t* state = XXH3_createState();
-    XXH3_64bits_reset(state);
-    const uint8_t kind[2] = {static_cast<uint8_t>(input.dtype), static_cast<uint8_t>(input.codec)};
-    XXH3_64bits_update(state, kind, sizeof(kind));
-    for (int64_t dim : input.shape.dims()) XXH3_64bits_update(state, &dim, sizeof(dim));
-    XXH3_64bits_update(state, input.payload.data(), input.payload.size());
-    const uint64_t digest = XXH3_64bits_digest(state);
-    XXH3_freeState(state);
-    return digest;
+    std::array<int64_t, Shape::kMaxRank + 1> head{};  // dtype and codec, then the dims
+    head[0] = static_cast<int64_t>(input.dtype) << 8 | static_cast<int64_t>(input.codec);
+    const auto dims = input.shape.dims();
+    std::copy(dims.begin(), dims.end(), head.begin() + 1);
+    const uint64_t seed = XXH3_64bits(head.data(), (dims.size() + 1) * sizeof(int64_t));
+    return XXH3_64bits_withSeed(input.payload.data(), input.payload.size(), seed);
   }
 
   static double steady_seconds() {

@@ -118,6 +118,11 @@ size_t ConnectionGuard::open_connections() const {
   return table_.open_connections();
 }
 
+bool ConnectionGuard::wait_for_open_connections(size_t count, std::chrono::steady_clock::time_point deadline) const {
+  std::unique_lock lock(mu_);
+  return closed_.wait_until(lock, deadline, [&] { return table_.open_connections() <= count; });
+}
+
 void ConnectionGuard::run() {
   while (!stopping_) {
     zmq::pollitem_t item{events_.handle(), 0, ZMQ_POLLIN, 0};
@@ -138,8 +143,11 @@ void ConnectionGuard::run() {
 
 void ConnectionGuard::on_event(uint16_t event, int fd, const std::string& endpoint) {
   if (event != ZMQ_EVENT_ACCEPTED) {
-    std::lock_guard lock(mu_);
-    table_.closed(fd);
+    {
+      std::lock_guard lock(mu_);
+      table_.closed(fd);
+    }
+    closed_.notify_all();
     return;
   }
   // The event may come after libzmq closed the descriptor and the process reused

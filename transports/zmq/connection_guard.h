@@ -6,6 +6,8 @@
 // connections delivered a request.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,6 +36,8 @@ class ConnectionGuard {
   void request_arrived(int fd);
   ConnectionCounts counts() const;
   size_t open_connections() const;
+  // Whether at most `count` are open by `deadline` (woken by each close).
+  bool wait_for_open_connections(size_t count, std::chrono::steady_clock::time_point deadline) const;
   // Before the router closes.
   void stop();
 
@@ -45,6 +49,7 @@ class ConnectionGuard {
   zmq::socket_t events_;
   bool stopped_ = false;
   mutable std::mutex mu_;
+  mutable std::condition_variable closed_;
   ConnectionTable table_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;

@@ -353,6 +353,9 @@ ConnectionCounts ZmqServer::connection_counts() const {
   return impl_->guard ? impl_->guard->counts() : ConnectionCounts{};
 }
 size_t ZmqServer::open_connections() const { return impl_->guard ? impl_->guard->open_connections() : 0; }
+bool ZmqServer::wait_for_open_connections(size_t count, Deadline deadline) const {
+  return !impl_->guard || impl_->guard->wait_for_open_connections(count, deadline);
+}
 
 Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions options) {
   if (options.worker_threads < 1) return invalid_argument("a server needs at least one worker thread");

@@ -61,6 +61,9 @@ class ZmqServer {
   ConnectionCounts connection_counts() const;
   // Accepted TCP connections open now, as the guard counts them.
   size_t open_connections() const;
+  // Whether at most `count` are open by `deadline`, woken by each close (a server
+  // without a guard has none open).
+  bool wait_for_open_connections(size_t count, Deadline deadline) const;
 
  private:
   friend struct ZmqTransport;
