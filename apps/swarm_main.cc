@@ -400,6 +400,12 @@ int main(int argc, char** argv) {
                        "Test hook: SIGKILL this process after sending this many all-reduce parts");
   peer_cmd->add_option("--test-die-after-state-chunks", peer.test_die_after_state_chunks,
                        "Test hook: SIGKILL this process after serving this many state chunks");
+  peer_cmd->add_option("--test-contribution-scale", peer.test_contribution_scale,
+                       "Attack tests: this peer plays a Byzantine stage-mate, its gradient contributions to rounds "
+                       "multiplied by this (100 scales them up, -1 flips their sign)");
+  peer_cmd->add_option("--test-contribution-scale-from", peer.test_contribution_scale_from_step,
+                       "Attack tests: the global step from which --test-contribution-scale applies")
+      ->capture_default_str();
 
   int sim_exit_code = 0;
   swarm::apps::add_sim_command(app, &sim_exit_code);

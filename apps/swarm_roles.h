@@ -75,6 +75,8 @@ struct PeerRoleOptions {
   // parts sent, or after serving this many state chunks (0: never).
   int64_t test_die_in_allreduce_after = 0;
   int64_t test_die_after_state_chunks = 0;
+  float test_contribution_scale = 1.0f;
+  int64_t test_contribution_scale_from_step = 0;
 };
 
 int run_peer(const PeerRoleOptions& options);

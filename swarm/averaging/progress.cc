@@ -22,7 +22,7 @@ std::string ProgressRecord::to_json() const {
                         {"mates", stage_mates_seen}, {"group", hex64(committed_group)},
                         {"members", committed_members},
                         {"allreduce_bytes", allreduce_bytes}, {"allreduce_values", allreduce_values},
-                        {"departed", departed}}
+                        {"departed", departed}, {"banned", banned}}
       .dump();
 }
 
@@ -107,19 +107,20 @@ Status read_state(const nlohmann::json& j, ProgressRecord* r) {
   return invalid_argument("progress record: 'state' must be serving, averaging, resyncing or looking");
 }
 
-// Ordered by id, each once, bounded: the committed membership of its last round.
-Status read_members(const nlohmann::json& j, ProgressRecord* r) {
-  const auto it = j.find("members");
+// Ordered by id, each once, bounded: the committed membership of its last round,
+// or the stage-mates it banned.
+Status read_ids(const nlohmann::json& j, const char* key, std::vector<std::string>* ids) {
+  const auto it = j.find(key);
   if (it == j.end()) return Status::ok();
   if (!it->is_array() || it->size() > ProgressRecord::kMaxMembers) {
-    return invalid_argument("progress record: 'members' must be an array of at most {} ids", ProgressRecord::kMaxMembers);
+    return invalid_argument("progress record: '{}' must be an array of at most {} ids", key, ProgressRecord::kMaxMembers);
   }
   for (const auto& id : *it) {
     if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().size() > 256 ||
-        (!r->committed_members.empty() && !(r->committed_members.back() < id.get<std::string>()))) {
-      return invalid_argument("progress record: 'members' must be distinct ids in order");
+        (!ids->empty() && !(ids->back() < id.get<std::string>()))) {
+      return invalid_argument("progress record: '{}' must be distinct ids in order", key);
     }
-    r->committed_members.push_back(id.get<std::string>());
+    ids->push_back(id.get<std::string>());
   }
   return Status::ok();
 }
@@ -140,7 +141,8 @@ Status read_fields(const nlohmann::json& j, ProgressRecord* r) {
   SWARM_RETURN_IF_ERROR(read_hash(j, "hash", &r->params_hash));
   SWARM_RETURN_IF_ERROR(read_hash(j, "group", &r->committed_group));
   SWARM_RETURN_IF_ERROR(read_state(j, r));
-  SWARM_RETURN_IF_ERROR(read_members(j, r));
+  SWARM_RETURN_IF_ERROR(read_ids(j, "members", &r->committed_members));
+  SWARM_RETURN_IF_ERROR(read_ids(j, "banned", &r->banned));
   if (const auto it = j.find("departed"); it != j.end()) {
     if (!it->is_boolean()) return invalid_argument("progress record: 'departed' must be true or false");
     r->departed = it->get<bool>();

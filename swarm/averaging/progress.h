@@ -58,6 +58,9 @@ struct ProgressRecord {
   // Its last record before it moved to another stage: stage-mates stop counting it
   // at once rather than once it is stale, so their next round does not wait for it.
   bool departed = false;
+  // Stage-mates it banned from rounds on their contributions (ban_policy.h), ordered
+  // by id, at most kMaxMembers: trainers stop routing to a peer a majority banned.
+  std::vector<std::string> banned;
 
   static std::string_view state_name(State state);
   std::string to_json() const;

@@ -4,6 +4,8 @@
 
 #include <xxhash.h>
 
+#include "swarm/averaging/robust_mean.h"
+
 namespace swarm {
 
 uint64_t make_group_id(int64_t step, const std::string& leader, uint64_t round_counter) {
@@ -25,7 +27,8 @@ int RoundGroup::member_index(const std::string& peer_id) const {
 
 std::vector<RoundGroup::Range> RoundGroup::chunks_of(int part) const {
   std::vector<Range> out;
-  const Range r = parts_[static_cast<size_t>(part)];
+  // A robust group's members send each other the whole gradient.
+  const Range r = robust() ? Range{0, static_cast<int64_t>(mean_.size())} : parts_[static_cast<size_t>(part)];
   const int64_t max = std::max<int64_t>(spec_.max_chunk_elements, 1);
   if (r.size() == 0) out.push_back({r.begin, r.begin});
   for (int64_t b = r.begin; b < r.end; b += max) out.push_back({b, std::min(r.end, b + max)});
@@ -84,6 +87,7 @@ Status RoundGroup::start(std::vector<float> mean, int64_t samples) {
 }
 
 Status RoundGroup::send_contributions() {
+  if (robust()) return send_whole_contributions();
   for (int j = 0; j < size(); ++j) {
     const std::vector<Range> chunks = chunks_of(j);
     for (size_t c = 0; c < chunks.size(); ++c) {
@@ -102,12 +106,34 @@ Status RoundGroup::send_contributions() {
   return Status::ok();
 }
 
+// Encoded once per chunk, the same bytes to every other member; this member keeps
+// its own after the same round trip, so it reduces what the others decode.
+Status RoundGroup::send_whole_contributions() {
+  const std::vector<Range> chunks = chunks_of(me_);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const std::span<const float> values(mean_.data() + chunks[c].begin, static_cast<size_t>(chunks[c].size()));
+    SWARM_ASSIGN_OR_RETURN(wire::Frame payload, codec_.encode_values(values));
+    std::vector<float> decoded(values.size());
+    SWARM_RETURN_IF_ERROR(
+        codec_.decode_values(std::as_bytes(std::span<const char>(payload.data(), payload.size())), decoded));
+    contributions_[{me_, static_cast<int>(c)}] = std::move(decoded);
+    for (int j = 0; j < size(); ++j) {
+      if (j != me_) SWARM_RETURN_IF_ERROR(send_part(j, part_header(0, j, static_cast<int>(c)), payload, chunks[c].size()));
+    }
+  }
+  return Status::ok();
+}
+
 Status RoundGroup::receive(const RoundMessage& m) {
   if (m.group != spec_.group || m.step != spec_.step) return invalid_argument("a part of another round");
   if (m.from < 0 || m.from >= size() || spec_.members[static_cast<size_t>(m.from)].peer_id != m.sender) {
     return invalid_argument("part from {} under member index {}", m.sender, m.from);
   }
   if (m.part >= size() || (m.phase == 0 && m.part != me_)) return invalid_argument("part {} is not for this member", m.part);
+  if (robust() && m.phase == 1) {
+    return invalid_argument("a reduced part from {}: in a group of {} every member reduces the whole gradient itself",
+                            m.sender, size());
+  }
   if (parts_.empty()) {
     // Not started: sizes are not known yet; the caller holds early parts until start().
     return failed_precondition("group {:016x} has not started", spec_.group);
@@ -146,32 +172,44 @@ Status RoundGroup::maybe_reduce() {
     }
   }
   reduced_ = true;
+  const int64_t begin = mine.front().begin;
+  const int64_t len = mine.back().end - begin;
+  std::vector<std::vector<float>> whole(static_cast<size_t>(size()));
+  std::vector<Contribution> in;
+  for (int i = 0; i < size(); ++i) {
+    std::vector<float>& x = whole[static_cast<size_t>(i)];
+    x.reserve(static_cast<size_t>(len));
+    for (size_t c = 0; c < mine.size(); ++c) {
+      const std::vector<float>& chunk = contributions_.at({i, static_cast<int>(c)});
+      x.insert(x.end(), chunk.begin(), chunk.end());
+    }
+    in.push_back({x, static_cast<double>(samples_of_.at(i))});
+  }
+  contributions_.clear();
+  // A butterfly's owner has one or two contributions: the weighted mean.
+  RobustMean reduced = centered_clip(in);
+  for (int i = 0; i < size(); ++i) {
+    const ContributionJudgement& j = reduced.judged[static_cast<size_t>(i)];
+    if (j.judged) judgements_.emplace_back(spec_.members[static_cast<size_t>(i)].peer_id, j);
+  }
+  if (robust()) {  // every member reduced the same contributions alike: nothing to gather
+    averaged_ = std::move(reduced.mean);
+    gathered_values_ = len;
+    return Status::ok();
+  }
   for (size_t c = 0; c < mine.size(); ++c) {
-    const int64_t len = mine[c].size();
-    std::vector<double> sum(static_cast<size_t>(len), 0.0);
-    double total = 0;
-    for (int i = 0; i < size(); ++i) {
-      const double w = static_cast<double>(samples_of_.at(i));
-      if (!(w > 0)) continue;
-      total += w;
-      const std::vector<float>& x = contributions_.at({i, static_cast<int>(c)});
-      for (int64_t k = 0; k < len; ++k) sum[static_cast<size_t>(k)] += w * static_cast<double>(x[static_cast<size_t>(k)]);
-    }
-    std::vector<float> mean(static_cast<size_t>(len), 0.0f);
-    if (total > 0) {
-      for (int64_t k = 0; k < len; ++k) mean[static_cast<size_t>(k)] = static_cast<float>(sum[static_cast<size_t>(k)] / total);
-    }
+    const int64_t offset = mine[c].begin - begin;
+    std::vector<float> mean(reduced.mean.begin() + offset, reduced.mean.begin() + offset + mine[c].size());
     // Encoded once, sent to all; this owner keeps exactly what they decode.
     SWARM_ASSIGN_OR_RETURN(wire::Frame encoded, codec_.encode_values(mean));
     SWARM_RETURN_IF_ERROR(
         codec_.decode_values(std::as_bytes(std::span<const char>(encoded.data(), encoded.size())), mean));
     std::copy(mean.begin(), mean.end(), averaged_.begin() + mine[c].begin);
-    gathered_values_ += len;
+    gathered_values_ += mine[c].size();
     for (int j = 0; j < size(); ++j) {
-      if (j != me_) SWARM_RETURN_IF_ERROR(send_part(j, part_header(1, me_, static_cast<int>(c)), encoded, len));
+      if (j != me_) SWARM_RETURN_IF_ERROR(send_part(j, part_header(1, me_, static_cast<int>(c)), encoded, mine[c].size()));
     }
   }
-  contributions_.clear();
   return Status::ok();
 }
 

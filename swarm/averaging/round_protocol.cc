@@ -48,7 +48,8 @@ Status RoundsConfig::validate(double publish_period_seconds) const {
     return invalid_argument("records count as absent after {} s, under three of their {} s publication periods",
                             stale_seconds, publish_period_seconds);
   }
-  if (max_chunk_elements < 1 || max_members < 1 || max_early_values < 0 || join_on_samples_seconds < 0) {
+  if (max_chunk_elements < 1 || max_members < 1 || max_early_values < 0 || join_on_samples_seconds < 0 ||
+      gradient_values < 0 || !(contributors_wait_seconds >= 0)) {
     return invalid_argument("rounds: bad bounds");
   }
   return Status::ok();
@@ -260,7 +261,7 @@ bool StageRounds::benched(const std::string& peer_id, double now) const {
 // held a stage stepping twice a second to 77% of its rate, when it started at one.
 void StageRounds::bench(const std::vector<std::string>& peers, double now) {
   for (const auto& id : peers) {
-    if (id == config_.peer_id) continue;
+    if (id == config_.peer_id || bans_.banned(id)) continue;  // a ban outlasts any bench
     Bench& b = bench_[id];
     b.offenses = std::min(b.offenses + (membership_.count(id) != 0 ? 1 : 4), 6);
     b.until = now + std::min(60.0, 2 * config_.phase_timeout_seconds * double(1 << (b.offenses - 1)));
@@ -430,7 +431,7 @@ const ProgressRecord* StageRounds::committed_at_my_state() const {
 std::set<std::string> StageRounds::round_joiners(double now) const {
   std::set<std::string> all, unbenched;
   for (const auto& [id, j] : joiners_) {
-    if (j.samples == kCommittedNotJoined) continue;
+    if (j.samples == kCommittedNotJoined || bans_.banned(id)) continue;
     all.insert(id);
     if (!benched(id, now)) unbenched.insert(id);
   }
@@ -499,18 +500,46 @@ bool StageRounds::ready_to_begin(double now) {
   double rate = 0;
   for (const auto& r : records) rate += r.samples_per_second;
   bool everyone = true;
+  size_t candidates = group.size();  // and the mates at this step that have not JOINed yet
   for (const auto& r : view_.mates) {
     const bool takes_part = r.state == ProgressRecord::State::serving || r.state == ProgressRecord::State::averaging;
     const bool here = r.step == own.step && r.params_hash == replica_->params_hash();
-    const bool member_behind_record = membership_.count(r.peer_id) != 0 && r.step + 1 == own.step;
+    // A member whose record lags the round it committed with this peer (of up to
+    // kMaxStepsPerRound steps) is at this step too.
+    const bool member_behind_record =
+        membership_.count(r.peer_id) != 0 && r.step < own.step && own.step - r.step <= kMaxStepsPerRound;
     if (takes_part && (here || member_behind_record) && group.count(r.peer_id) == 0 &&
         unreachable_.count(r.peer_id) == 0) {
       everyone = false;
+      if (!bans_.banned(r.peer_id)) ++candidates;
     }
   }
-  if (everyone) return true;
-  batch.target_samples += static_cast<int64_t>(std::ceil(rate * 2 * config_.join_period_seconds));
-  return decide_global_batch(batch, own.step, records, now).ready;
+  if (!everyone) {
+    batch.target_samples += static_cast<int64_t>(std::ceil(rate * 2 * config_.join_period_seconds));
+    if (!decide_global_batch(batch, own.step, records, now).ready) return false;
+  }
+  return enough_contributors(records, candidates, now);
+}
+
+// A group of three or more clips towards its majority (round_group.h), which takes
+// three contributions that hold samples: with two, one member's numbers would be
+// half the average again. So a leader with three candidates or more (its joiners
+// and the mates at its step that have not JOINed yet) waits, for a while, until
+// three members hold samples: a mate's JOIN may come just after the round is
+// ready, and a global batch of a few microbatches can leave the third empty. One
+// that does not come in that time is not waited for.
+bool StageRounds::enough_contributors(const std::vector<ProgressRecord>& records, size_t candidates, double now) {
+  int contributors = 0;
+  for (const auto& r : records) contributors += r.samples > 0 ? 1 : 0;
+  if (candidates < static_cast<size_t>(RoundGroup::kRobustGroupSize) ||
+      contributors >= RoundGroup::kRobustGroupSize) {
+    contributors_wait_since_.reset();
+    return true;
+  }
+  if (!contributors_wait_since_) contributors_wait_since_ = now;
+  if (now - *contributors_wait_since_ < config_.contributors_wait_seconds) return false;
+  contributors_wait_since_.reset();
+  return true;
 }
 
 void StageRounds::begin_round(double now) {
@@ -579,6 +608,7 @@ void StageRounds::after_progress(double now) {
   if (!group_) return;
   for (auto& out : group_->round.take_outgoing()) outbox_.push_back(std::move(out));
   if (!group_->round.complete() || group_->done_sent) return;
+  judge_contributions(now);
   group_->done_sent = true;
   group_->done_at = now;
   const GroupSpec& spec = group_->round.spec();
@@ -594,6 +624,19 @@ void StageRounds::after_progress(double now) {
   m.params_hash = group_->hash_before;
   m.samples = held_ ? held_->samples : 0;
   send(spec.leader, address_of(spec.leader), std::move(m));
+}
+
+// A robust round's judgements of its members' contributions, to the ban policy.
+// Every honest member reduced the same numbers, so they ban the same member at once.
+void StageRounds::judge_contributions(double now) {
+  for (const auto& [id, why] : bans_.judge_round(group_->round.judgements(), config_.peer_id)) {    Bench& b = bench_[id];
+    b.until = b.deposed_until = std::numeric_limits<double>::infinity();
+    joiners_.erase(id);
+    ++counters_.banned;
+    events_.push_back({RoundEvent::Kind::banned, group_->round.spec().step, group_->round.spec().group, false, 0,
+                       fmt::format("{} banned from the stage's rounds: {}", id, why)});
+  }
+  (void)now;
 }
 
 void StageRounds::commit(double now) {
@@ -846,6 +889,7 @@ Status StageRounds::on_join(const RoundMessage& m, double now) {
     ++counters_.joins_refused;
     return s;
   };
+  if (bans_.banned(m.sender)) return refuse(permission_denied("{} is banned from this stage's rounds", m.sender));
   if (mode_ != Mode::serving || !earlier_life_settled(now)) {
     return refuse(unavailable("{} is not serving", config_.peer_id));
   }
@@ -879,6 +923,9 @@ Status StageRounds::on_begin(const RoundMessage& m, double now) {
   if (std::none_of(m.members.begin(), m.members.end(), [&](const RoundMember& x) { return x.peer_id == config_.peer_id; }) ||
       std::none_of(m.members.begin(), m.members.end(), [&](const RoundMember& x) { return x.peer_id == m.sender; })) {
     return invalid_argument("a BEGIN whose members leave out this peer or its leader");
+  }
+  for (const auto& x : m.members) {
+    if (bans_.banned(x.peer_id)) return permission_denied("a BEGIN with {}, whom this peer banned", x.peer_id);
   }
   // The leader counted its group against its membership; a member counts it
   // against its own: a leader that never committed with this peer (a newcomer
@@ -951,7 +998,13 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
   // deadline; and to evict its own real part (sent just before the BEGIN) it
   // must send a whole share within those milliseconds, not a few junk parts.
   // A part costs its values and a fixed overhead, so tiny parts bound memory too.
-  const int64_t share = config_.max_early_values / std::max<int64_t>(1, static_cast<int64_t>(view_.mates.size()));
+  // A robust round's member sends its whole gradient: a share holds one, whatever
+  // the bound (it is what this peer holds of that member once the round begins).
+  const int64_t mates = std::max<int64_t>(1, static_cast<int64_t>(view_.mates.size()));
+  const int64_t chunk = std::max<int64_t>(config_.max_chunk_elements, 1);
+  const int64_t whole = config_.gradient_values + kEarlyPartOverheadValues * (config_.gradient_values / chunk + 1);
+  const int64_t share = std::max(config_.max_early_values / mates, whole);
+  const int64_t bound = std::max(config_.max_early_values, share * mates);
   const int64_t cost = early_part_cost(m);
   if (cost > share) {
     ++counters_.refused_full;
@@ -969,7 +1022,7 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
     ++counters_.refused_full;
     it = early_parts_.erase(it);
   }
-  if (cost > config_.max_early_values - early_values_) {
+  if (cost > bound - early_values_) {
     ++counters_.refused_full;
     return resource_exhausted("early parts held: {} values' worth", early_values_);
   }
@@ -1047,6 +1100,10 @@ ProgressRecord StageRounds::progress(double now) const {
   r.committed_members.assign(membership_.begin(), membership_.end());
   r.allreduce_bytes = counters_.payload_bytes;
   r.allreduce_values = counters_.payload_values;
+  for (const auto& [id, why] : bans_.bans()) {
+    if (r.banned.size() == ProgressRecord::kMaxMembers) break;
+    r.banned.push_back(id);
+  }
   return r;
 }
 

@@ -45,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "swarm/averaging/ban_policy.h"
 #include "swarm/averaging/progress.h"
 #include "swarm/averaging/resync_hold.h"
 #include "swarm/averaging/round_group.h"
@@ -83,11 +84,17 @@ struct RoundsConfig {
   // steps faster than a download would otherwise leave a newcomer one download
   // behind every time.
   double resync_hold_seconds = 2.0;
+  // How long a leader whose group holds three members or more waits for a third
+  // to hold samples, so the round can clip (enough_contributors).
+  double contributors_wait_seconds = 1.0;
   int64_t max_chunk_elements = 1 << 18;
   int max_members = 256;
   // Early parts held (their values and a fixed overhead per part, all senders): from
   // this peer's leader, before its BEGIN arrives.
   int64_t max_early_values = int64_t{1} << 22;
+  // The gradient's size: each member's share of early parts holds one whole
+  // contribution (a robust round's), whatever max_early_values says.
+  int64_t gradient_values = 0;
 
   // The timings checked against each other: a leader must not forget a member
   // between two of its JOINs, nor a record lapse between two of its publications.
@@ -120,7 +127,7 @@ class RoundReplica {
 
 // What happened, for the driver's log, stats and checkpoints.
 struct RoundEvent {
-  enum class Kind { stepped, aborted, diverged, resync, serving, refused } kind;
+  enum class Kind { stepped, aborted, diverged, resync, serving, refused, banned } kind;
   int64_t step = 0;
   uint64_t group = 0;
   bool led = false;  // stepped: this peer led the round
@@ -132,6 +139,7 @@ struct RoundCounters {
   int64_t rounds_led = 0, rounds_committed = 0, rounds_followed = 0, rounds_aborted = 0;
   int64_t refused_no_begin = 0, refused_not_member = 0, refused_bad_part = 0, refused_full = 0;
   int64_t joins_refused = 0, unvouched_ahead = 0, diverged = 0, benched = 0;
+  int64_t banned = 0;  // stage-mates left out for good on their contributions (ban_policy.h)
   int64_t payload_bytes = 0, payload_values = 0;
 };
 
@@ -186,6 +194,8 @@ class StageRounds {
   // Whether a stage-mate serves this peer's step: someone to take its samples into a round.
   bool mates_at_step() const;
   const RoundCounters& counters() const { return counters_; }
+  // Stage-mates this peer left out of rounds for good, and why.
+  const std::map<std::string, std::string>& bans() const { return bans_.bans(); }
 
  private:
   struct Joiner {
@@ -225,11 +235,13 @@ class StageRounds {
   void tick_serving(double now);
   bool check_behind(double now);
   bool ready_to_begin(double now);
+  bool enough_contributors(const std::vector<ProgressRecord>& records, size_t candidates, double now);
   bool holding_for_resync(double now);
   void begin_round(double now);
   Status enter_group(GroupSpec spec, double now);
   void send_join(double now);
   void after_progress(double now);
+  void judge_contributions(double now);
   void commit(double now);
   void apply(bool led, int64_t steps, double now);
   void abort_group(const std::string& why, bool tell_others, double now);
@@ -275,8 +287,10 @@ class StageRounds {
   // live member absent, and a group of one a majority).
   std::map<std::string, double> heard_from_;
   std::map<std::string, Joiner> joiners_;      // as leader, at this step
-  std::map<std::string, Bench> bench_;         // peers kept out of rounds for a while
+  std::map<std::string, Bench> bench_;         // peers kept out of rounds for a while (banned: for good)
+  BanPolicy bans_;
   ResyncHolds resync_holds_;                   // as leader
+  std::optional<double> contributors_wait_since_;  // as leader: waiting for a third contributor
   double following_since_ = 0;                 // when this peer chose its current leader
   double last_round_at_ = 0;                   // when a round it was in last began or ended
   uint64_t rounds_begun_ = 0;

@@ -189,6 +189,22 @@ ObservedStep observed_stage_step(const std::vector<ProgressRecord>& records, dou
   return out;
 }
 
+std::set<std::string> banned_by_stage(const std::vector<ProgressRecord>& records, double now, double stale_seconds) {
+  const std::vector<ProgressRecord> fresh = StageView::from(records, /*me=*/"", now, stale_seconds).mates;
+  const std::vector<std::string> members = prevailing_membership(fresh);
+  const size_t electorate = members.empty() ? fresh.size() : members.size();
+  std::map<std::string, size_t> votes;
+  for (const ProgressRecord& r : fresh) {
+    if (!members.empty() && std::find(members.begin(), members.end(), r.peer_id) == members.end()) continue;
+    for (const auto& id : r.banned) ++votes[id];
+  }
+  std::set<std::string> out;
+  for (const auto& [id, n] : votes) {
+    if (2 * n > electorate) out.insert(id);
+  }
+  return out;
+}
+
 bool dropped_from_membership(const StageView& view, const std::set<std::string>& membership, const std::string& me,
                              int64_t my_step) {
   for (const auto& id : membership) {

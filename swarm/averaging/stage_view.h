@@ -104,6 +104,11 @@ struct ObservedStep {
 // Pure: newest record per peer, fresh and not departed, as in StageView.
 ObservedStep observed_stage_step(const std::vector<ProgressRecord>& records, double now, double stale_seconds);
 
+// The peers a strict majority of the stage's prevailing membership (as for
+// observed_stage_step; all fresh records where none is named) banned from its
+// rounds: a trainer routes no more samples to them, which would never be averaged.
+std::set<std::string> banned_by_stage(const std::vector<ProgressRecord>& records, double now, double stale_seconds);
+
 // The leader of the round that ends `step`: the lowest id among this peer and the
 // fresh stage-mates at that step, serving, with the same parameters hash, and the
 // peers that joined this one lately (`joiners`). Where `membership` (the last

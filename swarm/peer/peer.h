@@ -124,6 +124,8 @@ struct PeerConfig {
   int64_t test_die_after_allreduce_sends = 0;
   int64_t test_die_after_state_chunks = 0;
   bool test_die_by_signal = false;
+  // For attack tests: the peer plays a Byzantine stage-mate (see ContributionScale).
+  ContributionScale test_contribution_scale;
 };
 
 template <Stage S, Transport T, Registry R, CodecTable Codecs>
@@ -447,6 +449,7 @@ class Peer {
     c.checkpoint_path = checkpoint_path_for(parts.index);
     c.checkpoint_every_steps = config_.checkpoint_every_steps;
     c.test_die_after_allreduce_sends = config_.test_die_after_allreduce_sends;
+    c.test_contribution_scale = config_.test_contribution_scale;
     c.speaks_for = config_.speaks_for;
     return c;
   }
@@ -553,6 +556,7 @@ class Peer {
                                    {"states", s.states_refused},
                                    {"unvouched_ahead", s.unvouched_ahead},
                                    {"bad_records", s.bad_records},
+                                   {"members_banned", s.members_banned},
                                    {"backward_duplicates", s.ledger.backward_duplicates_refused},
                                    {"expired", s.ledger.expired_dropped},
                                    {"deadline", s.ledger.deadline_refused}};

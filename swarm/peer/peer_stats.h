@@ -43,6 +43,7 @@ struct PeerStats {
   int64_t states_refused = 0;         // downloaded states (or donors' offers) that failed the check before load
   int64_t unvouched_ahead = 0;        // records ahead of this replica that no majority vouched for (per check)
   int64_t bad_records = 0;            // registry records refused: wrong types, out of range, from the future
+  int64_t members_banned = 0;         // stage-mates banned from rounds on their contributions (ban_policy.h)
   bool serving = false;
   int stage = 0;      // the stage it serves now
   int64_t moves = 0;  // stage changes by rebalancing

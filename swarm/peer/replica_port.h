@@ -16,11 +16,19 @@
 
 namespace swarm {
 
+// For attack tests: a peer that plays a Byzantine stage-mate sends its gradient
+// times `factor` to its rounds from global step `from_step` on (100 scales it up,
+// -1 flips its sign); it applies the rounds' averages as an honest peer does.
+struct ContributionScale {
+  float factor = 1.0f;
+  int64_t from_step = 0;
+};
+
 template <Stage S>
 class ReplicaPort final : public RoundReplica {
  public:
-  ReplicaPort(std::shared_ptr<Replica<S>> replica, optim::LrSchedule schedule)
-      : replica_(std::move(replica)), schedule_(schedule) {}
+  ReplicaPort(std::shared_ptr<Replica<S>> replica, optim::LrSchedule schedule, ContributionScale contribution_scale = {})
+      : replica_(std::move(replica)), schedule_(schedule), contribution_scale_(contribution_scale) {}
 
   int64_t step() const override { return replica_->step(); }
   uint64_t params_hash() const override { return replica_->params_hash(); }
@@ -28,6 +36,9 @@ class ReplicaPort final : public RoundReplica {
   int64_t pending_samples() const override { return replica_->accumulated_samples(); }
   Result<Taken> take_gradients() override {
     SWARM_ASSIGN_OR_RETURN(auto g, replica_->take_gradients());
+    if (contribution_scale_.factor != 1.0f && replica_->step() >= contribution_scale_.from_step) {
+      for (float& x : g.mean) x *= contribution_scale_.factor;
+    }
     return Taken{std::move(g.mean), g.samples};
   }
   Status apply_step(std::span<const float> averaged, int64_t steps) override {
@@ -39,6 +50,7 @@ class ReplicaPort final : public RoundReplica {
  private:
   std::shared_ptr<Replica<S>> replica_;
   const optim::LrSchedule schedule_;
+  const ContributionScale contribution_scale_;
 };
 
 }  // namespace swarm

@@ -69,6 +69,7 @@ struct StageSyncConfig {
   std::string checkpoint_path;
   int64_t checkpoint_every_steps = 0;
   int64_t test_die_after_allreduce_sends = 0;
+  ContributionScale test_contribution_scale;  // attack tests: a Byzantine stage-mate
   // Whether a connection may send round messages as a peer id; unset, all may.
   SpeaksFor speaks_for;
 };
@@ -96,7 +97,7 @@ class StageSync {
   StageSync(StageSyncConfig config, std::shared_ptr<Replica<S>> replica, R* registry, ClientCache<T>* clients,
             StatsBoard* stats, PeerFlags* flags, std::function<void()> announce)
       : config_(std::move(config)), replica_(std::move(replica)), registry_(registry), clients_(clients),
-        stats_(stats), flags_(flags), announce_(std::move(announce)), port_(replica_, config_.schedule) {}
+        stats_(stats), flags_(flags), announce_(std::move(announce)), port_(replica_, config_.schedule, config_.test_contribution_scale) {}
   ~StageSync() { stop(); }
 
   // Publishes this replica's progress until the registry shows it, then starts the
@@ -230,6 +231,7 @@ class StageSync {
     c.max_chunk_elements = config_.all_reduce.max_chunk_elements;
     c.max_members = config_.all_reduce.max_members;
     c.max_early_values = 2 * std::max<int64_t>(replica_->parameter_count(), 1);
+    c.gradient_values = replica_->parameter_count();
     return c;
   }
 
@@ -426,6 +428,10 @@ class StageSync {
         log_info("peer {}: serving its own state at step {}: {}", config_.peer_id, event.step, event.text);
         break;
       case RoundEvent::Kind::refused:
+        break;
+      case RoundEvent::Kind::banned:
+        stats_->update([](PeerStats& s) { ++s.members_banned; });
+        log_warn("peer {}: step {}: {}", config_.peer_id, event.step, event.text);
         break;
     }
   }

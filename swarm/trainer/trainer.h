@@ -30,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -41,6 +42,7 @@
 #include "swarm/api/registry.h"
 #include "swarm/api/router.h"
 #include "swarm/api/transport.h"
+#include "swarm/averaging/stage_view.h"
 #include "swarm/core/log.h"
 #include "swarm/core/random.h"
 #include "swarm/protocol/client_cache.h"
@@ -263,6 +265,7 @@ class Trainer {
     };
     std::map<std::string, Known> addresses;  // peer id -> where it serves
     double last_refresh = -1e9;
+    std::set<std::string> banned;  // by the stage's majority: routed nothing
   };
 
   // Longer than a record lives (the announce TTL), shorter than a flood takes to matter.
@@ -418,6 +421,7 @@ class Trainer {
       log_warn("trainer: reading stage {} peers: {}", index, records.status().to_string());
       return;
     }
+    const std::set<std::string> banned = banned_in(stage, index);
     std::vector<PeerAnnouncement> peers;
     std::vector<std::pair<std::string, std::string>> addresses;
     for (const auto& record : *records) {
@@ -427,6 +431,7 @@ class Trainer {
         continue;
       }
       if (!announcement->serving) continue;  // still downloading the stage's state
+      if (banned.count(announcement->peer_id) != 0) continue;
       addresses.emplace_back(announcement->peer_id, announcement->address);
       peers.push_back({announcement->peer_id, record.expires_at, announcement->queue_length});
     }
@@ -437,6 +442,26 @@ class Trainer {
     // under ever-new ids cannot grow the map without bound.
     std::erase_if(stage.addresses, [&](const auto& entry) { return t - entry.second.seen > kForgetPeerSeconds; });
     stage.router.set_peers(peers, t);
+  }
+
+  // Whom the stage's majority banned from its rounds, by its progress records: the
+  // samples such a peer takes would never be averaged. On a failed lookup, the
+  // last answer stands.
+  std::set<std::string> banned_in(StageState& stage, int index) {
+    auto records = registry_->get(progress_registry_key(index));
+    std::lock_guard lock(stage.mu);
+    if (!records.is_ok()) return stage.banned;
+    std::vector<ProgressRecord> progress;
+    for (const auto& record : *records) {
+      auto parsed = ProgressRecord::from_json(record.value);
+      if (parsed.is_ok() && parsed->stage == index && parsed->peer_id == record.subkey) progress.push_back(*parsed);
+    }
+    std::set<std::string> banned = banned_by_stage(progress, registry_->now(), GlobalBatchConfig{}.stale_after_seconds);
+    for (const auto& id : banned) {
+      if (stage.banned.count(id) == 0) log_warn("trainer: stage {} banned {} from its rounds; not routed to", index, id);
+    }
+    stage.banned = banned;
+    return banned;
   }
 
   std::shared_ptr<typename T::client_type> client_for(const std::string& address) { return clients_.get(address); }

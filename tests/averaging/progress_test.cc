@@ -162,6 +162,26 @@ TEST_CASE("a progress record's state is one of four names, and its members are d
   CHECK(ProgressRecord::from_json(members_doc(1, 257)).status().code() == StatusCode::invalid_argument);
 }
 
+TEST_CASE("a progress record's banned stage-mates round-trip, and are distinct ids in order like its members") {
+  ProgressRecord r;
+  r.peer_id = "a";
+  r.banned = {"m1", "m2"};
+  const auto back = ProgressRecord::from_json(r.to_json());
+  REQUIRE(back.is_ok());
+  CHECK(back->banned == r.banned);
+  CHECK(ProgressRecord::from_json(R"({"peer":"x","step":1,"time":0})")->banned.empty());
+  for (const char* bad : {
+           R"({"peer":"x","step":1,"time":0,"banned":["b","a"]})",
+           R"({"peer":"x","step":1,"time":0,"banned":["a","a"]})",
+           R"({"peer":"x","step":1,"time":0,"banned":[""]})",
+           R"({"peer":"x","step":1,"time":0,"banned":[3]})",
+           R"({"peer":"x","step":1,"time":0,"banned":"a"})",
+       }) {
+    INFO(bad);
+    CHECK(ProgressRecord::from_json(bad).status().code() == StatusCode::invalid_argument);
+  }
+}
+
 TEST_CASE("progress records refuse fields of the wrong type instead of truncating them") {
   const auto r = ProgressRecord::from_json(at("p", 3, 8, 1, 10).to_json());
   REQUIRE(r.is_ok());

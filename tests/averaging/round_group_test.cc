@@ -1,5 +1,6 @@
 // RoundGroup: one agreed group's all-reduce, its members wired to each other in
 // memory through the real encode, decode and parse of every PART.
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -106,6 +107,61 @@ TEST_CASE("chunks of one contribution that claim different samples are refused")
   to_a[1].samples = 9;
   const Status refused = a.receive(to_a[1]);
   CHECK(refused.code() == StatusCode::invalid_argument);
+  CHECK(!a.complete());
+}
+
+TEST_CASE("a group of three sends every member the whole gradient, and one member's x100 is clipped alike by all") {
+  // c sends its gradient x100. A plain mean would be (1 + 1.2 + 110) / 3 = 37.4.
+  std::vector<Contribution> members{{"a", 1.0f, 8}, {"b", 1.2f, 8}, {"c", 110.0f, 8}};
+  std::map<std::string, RoundGroup> groups;
+  for (const auto& m : members) groups.emplace(m.id, RoundGroup(spec_for(members, m.id, 128), RoundCodec::raw()));
+  std::vector<Outgoing> in_flight;
+  for (const auto& m : members) {
+    RoundGroup& g = groups.at(m.id);
+    REQUIRE(g.robust());
+    REQUIRE(g.start(std::vector<float>(10, m.value), m.samples).is_ok());
+    for (auto& out : g.take_outgoing()) in_flight.push_back(std::move(out));
+  }
+  // Each member sends the whole gradient (10 values in chunks of 3: 4 chunks) to each other member, and nothing more.
+  CHECK(in_flight.size() == 3 * 2 * 4);
+  for (auto& out : in_flight) {
+    auto m = through_the_wire(out);
+    REQUIRE(m.is_ok());
+    CHECK(m->phase == 0);
+    RoundGroup& to = groups.at(out.to);
+    REQUIRE(to.receive(*m).is_ok());
+    CHECK(to.take_outgoing().empty());
+  }
+  for (auto& [id, g] : groups) {
+    INFO(id);
+    REQUIRE(g.complete());
+    CHECK(g.averaged() == groups.at("a").averaged());
+    for (float v : g.averaged()) CHECK(std::abs(v - 1.1f) < 0.3f);
+    // Each member judged the other two (and itself): c far outside its radius.
+    std::map<std::string, ContributionJudgement> judged(g.judgements().begin(), g.judgements().end());
+    REQUIRE(judged.size() == 3);
+    CHECK(judged.at("c").spread > 8.0);
+    CHECK(judged.at("a").spread <= 1.0);
+  }
+}
+
+TEST_CASE("a group of three takes no reduced part: there is none to forge") {
+  const std::vector<Contribution> members{{"a", 1.0f, 8}, {"b", 2.0f, 8}, {"c", 3.0f, 8}};
+  RoundGroup a(spec_for(members, "a", 128), RoundCodec::raw());
+  REQUIRE(a.start(std::vector<float>(10, 1.0f), 8).is_ok());
+  RoundMessage forged;
+  forged.op = RoundOp::part;
+  forged.step = 7;
+  forged.group = a.spec().group;
+  forged.sender = "c";
+  forged.from = 2;
+  forged.phase = 1;
+  forged.part = 2;
+  forged.chunk = 0;
+  forged.values.assign(3, 1e6f);
+  const Status refused = a.receive(forged);
+  CHECK(refused.code() == StatusCode::invalid_argument);
+  CHECK(refused.message().find("reduces the whole gradient itself") != std::string::npos);
   CHECK(!a.complete());
 }
 

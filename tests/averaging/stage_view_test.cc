@@ -2,6 +2,7 @@
 // stage's peers would trust, so one forged record far ahead moves no display.
 #include <doctest/doctest.h>
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -140,6 +141,34 @@ TEST_CASE("stale, departed and older records do not count; no record, no step") 
   CHECK(seen.refused.empty());
   // A peer's newest record replaces its older one.
   CHECK(observe({record("a", 2, 0x2, {}, {}, kNow - 3), record("a", 3, 0x3, {}, {}, kNow - 2)}).step == 3);
+}
+
+ProgressRecord banning(ProgressRecord r, std::vector<std::string> banned) {
+  r.banned = std::move(banned);
+  return r;
+}
+
+TEST_CASE("a peer is banned for trainers once a strict majority of the stage's membership names it") {
+  const std::vector<std::string> abm{"a", "b", "m"};
+  // Both honest members banned m: 2 of 3.
+  CHECK(banned_by_stage({banning(record("a", 40, 0x40, abm), {"m"}), banning(record("b", 40, 0x40, abm), {"m"}),
+                         record("m", 40, 0x40, abm)},
+                        kNow, kStale) == std::set<std::string>{"m"});
+  // One member's ban is not the stage's: m cannot get an honest peer dropped alone.
+  CHECK(banned_by_stage({record("a", 40, 0x40, abm), record("b", 40, 0x40, abm),
+                         banning(record("m", 40, 0x40, abm), {"a"})},
+                        kNow, kStale)
+            .empty());
+  // Once the two committed without m, their membership is theirs: 2 of 2.
+  const std::vector<std::string> ab{"a", "b"};
+  CHECK(banned_by_stage({banning(record("a", 41, 0x41, ab), {"m"}), banning(record("b", 41, 0x41, ab), {"m"}),
+                         record("m", 40, 0x40, abm)},
+                        kNow, kStale) == std::set<std::string>{"m"});
+  // A stale record's ban counts for nothing.
+  CHECK(banned_by_stage({banning(record("a", 40, 0x40, abm, {}, kNow - 10), {"m"}),
+                         banning(record("b", 40, 0x40, abm), {"m"}), record("m", 40, 0x40, abm)},
+                        kNow, kStale)
+            .empty());
 }
 
 }  // namespace

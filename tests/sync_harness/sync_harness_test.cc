@@ -184,12 +184,13 @@ TEST_CASE("one member with a lagging view: rounds still form and commit, with no
 }
 
 // Before: a partial all-gather let the members that completed step while the others failed.
-TEST_CASE("a lost all-gather part to one of three members: all step or none, one lineage per step") {
+// (A group of three exchanges whole gradients, no averaged parts: every part to one member is lost.)
+TEST_CASE("a lost part to one of three members: all step or none, one lineage per step") {
   Harness h({.seed = 51, .peers = 3});
   h.run_for(6);
   const int64_t before = h.stage_step();
-  // The averaged parts to p2 vanish for a while: its group cannot complete.
-  h.add_fault({.op = RoundOp::part, .phase = 1, .to = 2, .start = h.now(), .end = h.now() + 6, .drop = 1.0});
+  // The parts to p2 vanish for a while: its group cannot complete.
+  h.add_fault({.op = RoundOp::part, .to = 2, .start = h.now(), .end = h.now() + 6, .drop = 1.0});
   h.run_for(20);
   std::map<uint64_t, std::set<int>> stepped;  // group -> peers that stepped with it
   std::map<uint64_t, int> size;
