@@ -266,10 +266,14 @@ class Trainer {
     std::map<std::string, Known> addresses;  // peer id -> where it serves
     double last_refresh = -1e9;
     std::set<std::string> banned;  // by the stage's majority: routed nothing
+    double banned_read_at = -1e9;
   };
 
   // Longer than a record lives (the announce TTL), shorter than a flood takes to matter.
   static constexpr double kForgetPeerSeconds = 60.0;
+  // How often a stage's progress records are read for its bans: a ban is for good,
+  // and the lookup is a registry round trip per stage.
+  static constexpr double kBannedReadSeconds = 5.0;
   // Forwards run again for one stage's backward when the peer of the last one
   // cannot take it; each costs a forward and a round trip.
   static constexpr int kMaxRebinds = 3;
@@ -448,6 +452,11 @@ class Trainer {
   // samples such a peer takes would never be averaged. On a failed lookup, the
   // last answer stands.
   std::set<std::string> banned_in(StageState& stage, int index) {
+    {
+      std::lock_guard lock(stage.mu);
+      if (now() - stage.banned_read_at < kBannedReadSeconds) return stage.banned;
+      stage.banned_read_at = now();
+    }
     auto records = registry_->get(progress_registry_key(index));
     std::lock_guard lock(stage.mu);
     if (!records.is_ok()) return stage.banned;

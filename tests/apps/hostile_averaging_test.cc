@@ -6,7 +6,9 @@
 // the honest members ban it on their judgements of its contributions
 // (ban_policy.h). Judged: the ban on both honest peers, stage 0's rate before,
 // during and after, its honest replicas' agreement, and the final validation loss
-// within 2% of a clean run of three honest stage-0 peers.
+// within 2% of the binary's clean run (two honest stage-0 peers: the same seed,
+// data, global batch and steps; three honest peers ended 3.2508 to 3.2533, two
+// 3.2295 to 3.2447, in this session's runs).
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -29,11 +31,6 @@ constexpr int64_t kFromStep = kSteadyStep + kWindowSteps + 4;
 constexpr double kLossFraction = 0.02;
 constexpr const char* kByzantine = "p02";
 
-const RunEnd& clean_run_of_three() {
-  static const RunEnd clean = run_clean("hostile-averaging-clean", kStagePeers);
-  return clean;
-}
-
 // The honest stage-0 peers' members_banned counters.
 std::vector<int64_t> bans_counted(HostileRun& run) {
   std::vector<int64_t> out;
@@ -42,7 +39,7 @@ std::vector<int64_t> bans_counted(HostileRun& run) {
 }
 
 void byzantine_stage_mate(const char* name, const char* factor) {
-  const RunEnd& clean = clean_run_of_three();
+  const RunEnd& clean = clean_run();
   HostileRun run(name, kStagePeers, 0,
                  {{kByzantine,
                    {"--test-contribution-scale", factor, "--test-contribution-scale-from", std::to_string(kFromStep)}}});

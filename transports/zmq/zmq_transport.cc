@@ -362,7 +362,8 @@ Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions o
   if (options.max_message_bytes <= 0) return invalid_argument("max_message_bytes must be above 0");
   if (options.max_queued_requests < 1) return invalid_argument("max_queued_requests must be at least 1");
   const ConnectionLimits& limits = options.connections;
-  if (limits.handshake_timeout_ms < 1 || limits.max_unfinished_per_source < 1 || limits.descriptor_reserve < 0) {
+  if (limits.handshake_timeout_ms < 1 || limits.max_unfinished_per_source < 1 || limits.descriptor_reserve < 0 ||
+      limits.accept_backlog < 1) {
     return invalid_argument("connection limits: handshake_timeout_ms and max_unfinished_per_source must be at least "
                             "1, descriptor_reserve at least 0");
   }
@@ -391,6 +392,7 @@ Result<ZmqServer> ZmqTransport::bind(const std::string& address, ServerOptions o
     }
     impl->router.set(zmq::sockopt::linger, 0);
     impl->router.set(zmq::sockopt::handshake_ivl, limits.handshake_timeout_ms);
+    impl->router.set(zmq::sockopt::backlog, limits.accept_backlog);
     if (address.starts_with("tcp://")) impl->guard = std::make_unique<ConnectionGuard>(impl->context, impl->router, limits);
     impl->router.set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
     impl->router.set(zmq::sockopt::rcvhwm, kHighWaterMark);
