@@ -42,6 +42,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -56,6 +57,7 @@
 #include "swarm/protocol/records.h"
 #include "swarm/registry/dht_registry.h"
 #include "tests/apps/hostile_member.h"
+#include "tests/apps/owned_swarm.h"
 #include "tests/apps/swarm_process.h"
 
 namespace swarm::hostile_rounds {
@@ -93,18 +95,18 @@ inline constexpr int64_t kWindowSteps = 16;
 inline constexpr auto kWindowLimit = 20s;
 
 // The trainer's steps, the same in every run of these tests, so each attacked run's
-// final loss compares with the clean run's. The windows take some 70 of stage 0's
-// global steps (8 to steady, 3 x 16, up to 11 while a forged record lapses, a few
-// while an attack lands or the stage settles; the trainer's step leads the stage's by
-// one or two), and up to 90 where the window during the attack is a 20,000-connection
-// flood (some 45 steps), so the trainer still trains when the last window ends
-// (measure() requires it), and then trains on to this step.
-inline constexpr int64_t kTrainerSteps = 110;
+// final loss compares with the clean run's. The windows take up to 70 of stage 0's
+// global steps (8 to steady, 3 x 16, up to 11 while a forged record lapses or 24
+// until a sign-flipping stage-mate is banned, a few while an attack lands or the
+// stage settles; the trainer's step leads the stage's by one or two), so the trainer
+// still trains when the last window ends (measure() requires it), and then trains on
+// to this step. Each step past the windows costs every run half a second.
+inline constexpr int64_t kTrainerSteps = 80;
 inline constexpr int kEvalWindows = 32;  // validation windows at the end (seq-len 32 tokens each)
 
 // How far an attacked run's final validation loss (nats/token) may lie from the clean
 // run's. Clean runs (run_clean; "clean runs' final losses spread less than the
-// tolerance" repeats it) on a 2-core machine, kTrainerSteps steps, kEvalWindows windows:
+// tolerance" repeats it) on a 2-core machine, 110 trainer steps, kEvalWindows windows:
 //   - the machine to themselves, 2.0 steps/s (an earlier build of the round protocol):
 //     3.5804, 3.5805, 3.5802: spread 0.0003, the swarm all but deterministic;
 //   - beside other builds and swarms (load average 2 to 23): 3.6018 at 2.0 steps/s,
@@ -154,6 +156,7 @@ struct HostileRun {
   std::map<std::string, pid_t> peer_pids;  // by name: p00, p01, p10, p11
   pid_t trainer_pid = -1;
   double trainer_ended_at = 0;  // on the registry's clock, once finish_training reaped it
+  std::optional<OwnedSwarm> owner;  // a swarm with an owner: its keys and certificates
   std::unique_ptr<Attacker> attacker;
   std::map<std::string, LivePeer> peers;  // by peer id
   int watched_stage = 0;                   // the attacked stage, whose rate and replicas are checked
@@ -162,12 +165,15 @@ struct HostileRun {
 
   // `stage0_peers` serve stage 0 (p00, p01, ...), two serve stage 1 (p10, p11); the
   // windows and the replica checks watch `watched_stage`. `peer_args`: more flags
-  // for some peers, by name (a Byzantine stage-mate's).
+  // for some peers, by name (a Byzantine stage-mate's). `owned`: the swarm has an
+  // owner, who admits every peer and the attacker (one certificate each), with
+  // `swarm keygen` and `swarm admit` (owned_swarm.h).
   explicit HostileRun(const std::string& name, int stage0_peers = 2, int watched_stage = 0,
-                      const std::map<std::string, std::vector<std::string>>& peer_args = {})
+                      const std::map<std::string, std::vector<std::string>>& peer_args = {}, bool owned = false)
       : dir(temp_dir(name)), watched_stage(watched_stage) {
     ::setenv("SWARM_SECRET", kSecret, 1);  // the children inherit it
     fs::create_directories(dir);
+    if (owned) owner.emplace(dir / "keys");
     children.push_back(spawn({"bootstrap", "--port", "0"}, dir / "boot.log"));
     port = static_cast<uint16_t>(std::stoi(wait_for(dir / "boot.log", R"(listening on 127\.0\.0\.1:(\d+))", 20s)));
     const std::vector<std::string> model = {"--d-model", "32", "--layers", "2", "--heads", "2", "--seq-len",
@@ -181,6 +187,9 @@ struct HostileRun {
                                        "--emulated-cost", kEmulatedCost, "--checkpoint",
                                        (dir / (peer + ".ckpt")).string(), "--checkpoint-every", "8"};
       args.insert(args.end(), model.begin(), model.end());
+      if (owner) {
+        for (auto& flag : owner->peer_flags(peer)) args.push_back(flag);
+      }
       if (auto more = peer_args.find(peer); more != peer_args.end()) {
         args.insert(args.end(), more->second.begin(), more->second.end());
       }
@@ -196,12 +205,14 @@ struct HostileRun {
                                         "--time-limit", "150", "--eval-windows", std::to_string(kEvalWindows),
                                         "--forward-timeout", "3", "--backward-timeout", "5"};
     trainer.insert(trainer.end(), model.begin(), model.end());
+    if (owner) trainer.insert(trainer.end(), {"--owner-key", owner->public_hex});
     fs::create_directories(dir / "run");
     trainer_pid = spawn(trainer, dir / "trainer.log");
     children.push_back(trainer_pid);
     wait_for(dir / "run" / "metrics.jsonl", R"("kind":"step",.*"step":5,)", 90s);
 
-    attacker.reset(new Attacker(Attacker::join(port, kSecret)));
+    attacker.reset(new Attacker(owner ? Attacker::join(port, kSecret, owner->membership_for("mallory"))
+                                      : Attacker::join(port, kSecret)));
     REQUIRE(attacker->registry.wait_connected(10s).is_ok());
     const bool found = wait([&] {
       peers = attacker->find_peers(2);
