@@ -1000,24 +1000,57 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
   // A part costs its values and a fixed overhead, so tiny parts bound memory too.
   // A robust round's member sends its whole gradient: a share holds one, whatever
   // the bound (it is what this peer holds of that member once the round begins).
-  const int64_t mates = std::max<int64_t>(1, static_cast<int64_t>(view_.mates.size()));
+  const int64_t shares = early_shares();
   const int64_t chunk = std::max<int64_t>(config_.max_chunk_elements, 1);
   const int64_t whole = config_.gradient_values + kEarlyPartOverheadValues * (config_.gradient_values / chunk + 1);
-  const int64_t share = std::max(config_.max_early_values / mates, whole);
-  const int64_t bound = std::max(config_.max_early_values, share * mates);
-  const int64_t cost = early_part_cost(m);
-  if (cost > share) {
-    ++counters_.refused_full;
-    return resource_exhausted("an early part of {} values; {} may hold {}", m.values.size(), m.sender, share);
+  const int64_t share = std::max(config_.max_early_values / shares, whole);
+  return hold_early(m, share, std::max(config_.max_early_values, share * shares));
+}
+
+// Anyone can publish records under fresh ids, so the records' count of
+// stage-mates says nothing of how many shares are due: counted from it, a member
+// minting ids made this peer hold a whole gradient per id. With a committed
+// membership, its members and the leader hold a share each, and every other
+// sender one between them: minted ids cost one share in all, while a mate back
+// from a re-sync or a newcomer (no member of the last group, one of few at a
+// time) still finds room; refused, it would abort the round it rejoins. Before
+// any, a round of max_members is the most this peer could join, and it holds as
+// much once that round begins.
+int64_t StageRounds::early_shares() const {
+  if (membership_.empty()) {
+    return std::clamp<int64_t>(static_cast<int64_t>(view_.mates.size()), 1, config_.max_members);
   }
-  int64_t sender_cost = cost;
-  for (const auto& held : early_parts_) sender_cost += held.sender == m.sender ? early_part_cost(held) : 0;
-  for (auto it = early_parts_.begin(); it != early_parts_.end() && sender_cost > share;) {
+  const size_t mates = membership_.size() - membership_.count(config_.peer_id) + (membership_.count(leader_) == 0);
+  return std::clamp<int64_t>(static_cast<int64_t>(mates) + 1, 1, config_.max_members);
+}
+
+// Whether a sender's early parts count against the share all senders outside
+// the committed membership hold between them, rather than one of its own.
+bool StageRounds::early_pooled(const std::string& sender) const {
+  return !membership_.empty() && membership_.count(sender) == 0 && sender != leader_;
+}
+
+Status StageRounds::hold_early(const RoundMessage& m, int64_t share, int64_t bound) {
+  const int64_t cost = early_part_cost(m);
+  const bool pooled = early_pooled(m.sender);
+  int64_t own = 0, others = 0;  // held against this sender's share: its parts and the pool's others'
+  for (const auto& held : early_parts_) {
+    if (held.sender == m.sender) {
+      own += early_part_cost(held);
+    } else if (pooled && early_pooled(held.sender)) {
+      others += early_part_cost(held);
+    }
+  }
+  if (cost + others > share) {
+    ++counters_.refused_full;
+    return resource_exhausted("an early part of {} values; {} may hold {}", m.values.size(), m.sender, share - others);
+  }
+  for (auto it = early_parts_.begin(); it != early_parts_.end() && cost + own + others > share;) {
     if (it->sender != m.sender) {
       ++it;
       continue;
     }
-    sender_cost -= early_part_cost(*it);
+    own -= early_part_cost(*it);
     early_values_ -= early_part_cost(*it);
     ++counters_.refused_full;
     it = early_parts_.erase(it);

@@ -93,7 +93,9 @@ struct RoundsConfig {
   // this peer's leader, before its BEGIN arrives.
   int64_t max_early_values = int64_t{1} << 22;
   // The gradient's size: each member's share of early parts holds one whole
-  // contribution (a robust round's), whatever max_early_values says.
+  // contribution (a robust round's), whatever max_early_values says. So early
+  // parts hold at most max(max_early_values, max_members whole contributions),
+  // whatever the registry shows (see StageRounds::early_shares).
   int64_t gradient_values = 0;
 
   // The timings checked against each other: a leader must not forget a member
@@ -194,6 +196,9 @@ class StageRounds {
   // Whether a stage-mate serves this peer's step: someone to take its samples into a round.
   bool mates_at_step() const;
   const RoundCounters& counters() const { return counters_; }
+  // What the parts held for a BEGIN still on its way cost now: their values and a
+  // fixed overhead per part.
+  int64_t early_held() const { return early_values_; }
   // Stage-mates this peer left out of rounds for good, and why.
   const std::map<std::string, std::string>& bans() const { return bans_.bans(); }
 
@@ -259,6 +264,9 @@ class StageRounds {
   Status on_join(const RoundMessage& m, double now);
   Status on_begin(const RoundMessage& m, double now);
   Status on_part(const RoundMessage& m, double now);
+  int64_t early_shares() const;
+  bool early_pooled(const std::string& sender) const;
+  Status hold_early(const RoundMessage& m, int64_t share, int64_t bound);
   Status on_done(const RoundMessage& m, double now);
   Status on_commit(const RoundMessage& m, double now);
   Status on_abort(const RoundMessage& m, double now);
