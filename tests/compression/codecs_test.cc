@@ -132,9 +132,9 @@ TEST_CASE("the declared bounds") {
   CHECK(Bf16Codec::max_abs_error(0.0f, -1.0f) == 0x1p-8f + 0x1p-134f);
   CHECK(Bf16Codec::max_abs_error(0.0f, 0.0f) == 0x1p-134f);
   // Half the largest codebook gap, the one next to -1.0 (blockwise8.h).
-  CHECK(Blockwise8Codec::kLargestHalfGap == doctest::Approx(0.0105469).epsilon(1e-5));
+  CHECK(Blockwise8Codec::kLargestHalfGap == doctest::Approx(0.0105469).epsilon(1e-5).scale(0));
   CHECK(Blockwise8Codec::kLargestHalfGap == (kCodebook8[1] - kCodebook8[0]) / 2.0f);
-  CHECK(Blockwise8Codec::max_abs_error(1.0f, 0.3f) == doctest::Approx(0.0105469).epsilon(1e-4));
+  CHECK(Blockwise8Codec::max_abs_error(1.0f, 0.3f) == doctest::Approx(0.0105469).epsilon(1e-4).scale(0));
   CHECK(Blockwise8Codec::max_abs_error(0.0f, 0.0f) == 0x1p-149f);
   CHECK(std::isfinite(Blockwise8Codec::max_abs_error(FLT_MAX, FLT_MAX)));
   // The 8-bit bound is tight: a value halfway between -1 and the next code.

@@ -176,9 +176,9 @@ TEST_CASE_TEMPLATE("weight decay shrinks only params that ask for it", Optimizer
   // LAMB: u = wd * w has trust ratio 1 / wd, so w * (1 - lr).
   const float factor = std::is_same_v<Optimizer, AdamW> ? 1.0f - 0.1f * 0.5f : 1.0f - 0.1f;
   const std::vector<float> after = values_of(decayed);
-  CHECK(after[0] == doctest::Approx(1.0f * factor));
-  CHECK(after[1] == doctest::Approx(-2.0f * factor));
-  CHECK(after[2] == doctest::Approx(4.0f * factor));
+  CHECK(after[0] == doctest::Approx(1.0f * factor).scale(0));
+  CHECK(after[1] == doctest::Approx(-2.0f * factor).scale(0));
+  CHECK(after[2] == doctest::Approx(4.0f * factor).scale(0));
 }
 
 TEST_CASE("global_grad_norm is the L2 norm over every gradient") {
@@ -214,12 +214,12 @@ TEST_CASE("clipping scales the gradient that enters the moments, and only above 
   const float* m1 = find(state, "adam.m/a")->data<float>();
   const float* v1 = find(state, "adam.v/a")->data<float>();
   const float* m2 = find(state, "adam.m/b")->data<float>();
-  CHECK(m1[0] == doctest::Approx(0.1 * 3000.0 * coefficient).epsilon(1e-6));
-  CHECK(m1[1] == doctest::Approx(0.1 * -4000.0 * coefficient).epsilon(1e-6));
-  CHECK(m2[0] == doctest::Approx(0.1 * 12000.0 * coefficient).epsilon(1e-6));
-  CHECK(v1[1] == doctest::Approx(0.05 * std::pow(4000.0 * coefficient, 2)).epsilon(1e-5));
+  CHECK(m1[0] == doctest::Approx(0.1 * 3000.0 * coefficient).epsilon(1e-6).scale(0));
+  CHECK(m1[1] == doctest::Approx(0.1 * -4000.0 * coefficient).epsilon(1e-6).scale(0));
+  CHECK(m2[0] == doctest::Approx(0.1 * 12000.0 * coefficient).epsilon(1e-6).scale(0));
+  CHECK(v1[1] == doctest::Approx(0.05 * std::pow(4000.0 * coefficient, 2)).epsilon(1e-5).scale(0));
   // The clipped moments have norm clip_norm * (1 - beta1).
-  CHECK(std::sqrt(m1[0] * m1[0] + m1[1] * m1[1] + m2[0] * m2[0]) == doctest::Approx(0.1).epsilon(1e-6));
+  CHECK(std::sqrt(m1[0] * m1[0] + m1[1] * m1[1] + m2[0] * m2[0]) == doctest::Approx(0.1).epsilon(1e-6).scale(0));
   // The caller's gradients are not rewritten.
   CHECK(values_of(g1) == g1_values);
   CHECK(values_of(g2) == g2_values);
@@ -255,11 +255,11 @@ TEST_CASE("LAMB moves each tensor by lr * ||w|| whatever the gradient scale") {
     std::vector<float> delta = values_of(w);
     for (size_t i = 0; i < delta.size(); ++i) delta[i] -= w_values[i];
     // ||u|| is about sqrt(64) = 8 and ||w|| about 4.6: the ratio applies, unclamped.
-    CHECK(norm(delta) == doctest::Approx(lr * norm(w_values)).epsilon(1e-4));
+    CHECK(norm(delta) == doctest::Approx(lr * norm(w_values)).epsilon(1e-4).scale(0));
     deltas.push_back(delta);
   }
   for (size_t i = 0; i < deltas[0].size(); ++i) {
-    CHECK(deltas[0][i] == doctest::Approx(deltas[1][i]).epsilon(1e-4));
+    CHECK(deltas[0][i] == doctest::Approx(deltas[1][i]).epsilon(1e-4).scale(0));
   }
 }
 

@@ -44,24 +44,24 @@ TEST_CASE("a peer twice as fast serves two thirds of the tasks; round robin give
   auto served = testing::simulate_stage(stochastic, peers, 600, 4);
   CHECK(served["fast"] + served["slow"] == 600);
   const double fast_share = served["fast"] / 600.0;
-  CHECK(fast_share == doctest::Approx(2.0 / 3.0).epsilon(0.05));
-  CHECK(*stochastic.seconds_per_sample("fast") == doctest::Approx(1.0));
-  CHECK(*stochastic.seconds_per_sample("slow") == doctest::Approx(2.0));
+  CHECK(fast_share == doctest::Approx(2.0 / 3.0).epsilon(0.05).scale(0));
+  CHECK(*stochastic.seconds_per_sample("fast") == doctest::Approx(1.0).scale(0));
+  CHECK(*stochastic.seconds_per_sample("slow") == doctest::Approx(2.0).scale(0));
 
   // The same run under round robin lands far outside that band: the check can tell.
   RoundRobinRouter round_robin;
   auto rr_served = testing::simulate_stage(round_robin, peers, 600, 4);
   const double rr_fast_share = rr_served["fast"] / 600.0;
-  CHECK(rr_fast_share == doctest::Approx(0.5).epsilon(0.02));
+  CHECK(rr_fast_share == doctest::Approx(0.5).epsilon(0.02).scale(0));
   CHECK(rr_fast_share < 2.0 / 3.0 * 0.95);
 }
 
 TEST_CASE("three speeds get shares proportional to throughput") {
   StochasticWiringRouter router;
   auto served = testing::simulate_stage(router, {{"x1", 1.0}, {"x2", 2.0}, {"x4", 4.0}}, 700, 6);
-  CHECK(served["x1"] / 700.0 == doctest::Approx(4.0 / 7.0).epsilon(0.05));
-  CHECK(served["x2"] / 700.0 == doctest::Approx(2.0 / 7.0).epsilon(0.08));
-  CHECK(served["x4"] / 700.0 == doctest::Approx(1.0 / 7.0).epsilon(0.15));
+  CHECK(served["x1"] / 700.0 == doctest::Approx(4.0 / 7.0).epsilon(0.05).scale(0));
+  CHECK(served["x2"] / 700.0 == doctest::Approx(2.0 / 7.0).epsilon(0.08).scale(0));
+  CHECK(served["x4"] / 700.0 == doctest::Approx(1.0 / 7.0).epsilon(0.15).scale(0));
 }
 
 TEST_CASE("the estimate is a bias-corrected EMA of seconds per sample, moved by successes") {
@@ -91,9 +91,9 @@ TEST_CASE("after thousands of samples the estimate is the plain EMA (no denormal
   // (1 - 0.1)^n reaches the denormal range near n = 6700; the router drops the
   // correction by then, and the estimate stays exactly the EMA of what it saw.
   for (int i = 0; i < 10000; ++i) router.report("a", TaskKind::forward, 1, Outcome::success, 0.25, i);
-  CHECK(*router.seconds_per_sample("a") == doctest::Approx(0.25));
+  CHECK(*router.seconds_per_sample("a") == doctest::Approx(0.25).scale(0));
   router.report("a", TaskKind::forward, 1, Outcome::success, 1.25, 10000);
-  CHECK(*router.seconds_per_sample("a") == doctest::Approx(0.1 * 1.25 + 0.9 * 0.25));
+  CHECK(*router.seconds_per_sample("a") == doctest::Approx(0.1 * 1.25 + 0.9 * 0.25).scale(0));
 }
 
 TEST_CASE("a backward costs 2.5 forward units of virtual time") {
@@ -184,7 +184,7 @@ TEST_CASE("a timeout keeps its virtual-time advance and slows the estimate, but 
 
   StochasticWiringRouter unmoved = make(false);
   unmoved.report("a", TaskKind::forward, 1, Outcome::timeout, 10.0, 30);
-  CHECK(*unmoved.seconds_per_sample("a") == doctest::Approx(1.0));
+  CHECK(*unmoved.seconds_per_sample("a") == doctest::Approx(1.0).scale(0));
   auto even = run(unmoved, 60, [](const PeerId&) { return 1.0; });
   CHECK(even["a"] == 30);
 }

@@ -26,13 +26,13 @@ TEST_CASE("the slowest of uplink, compute and downlink bounds the stage") {
   Prediction p = predict(cost, link, 100);
   CHECK(p.bound == "compute");
   CHECK(p.microbatches_per_s == doctest::Approx(1 / 0.3));
-  CHECK(p.utilization == doctest::Approx(1.0));
+  CHECK(p.utilization == doctest::Approx(1.0).scale(0));
 
   cost.backward_request_bytes = 2'000'000;  // 2.05 s up per microbatch
   p = predict(cost, link, 100);
   CHECK(p.bound == "uplink");
-  CHECK(p.microbatches_per_s == doctest::Approx(1 / 2.05));
-  CHECK(p.utilization == doctest::Approx(0.3 / 2.05));
+  CHECK(p.microbatches_per_s == doctest::Approx(1 / 2.05).scale(0));
+  CHECK(p.utilization == doctest::Approx(0.3 / 2.05).scale(0));
 
   cost.backward_request_bytes = 100'000;
   cost.forward_reply_bytes = 1'000'000;
@@ -44,11 +44,11 @@ TEST_CASE("too few microbatches in flight leave every server idle part of the ro
   const MicrobatchCost cost{.forward_compute_s = 0.05, .backward_compute_s = 0.1, .forward_request_bytes = 10'000,
                             .forward_reply_bytes = 10'000, .backward_request_bytes = 20'000, .backward_reply_bytes = 10'000};
   const double round = 0.03 + 0.02 + 0.4 + 0.15;
-  CHECK(round_seconds(cost, link) == doctest::Approx(round));
+  CHECK(round_seconds(cost, link) == doctest::Approx(round).scale(0));
   const Prediction one = predict(cost, link, 1);
   CHECK(one.bound == "in-flight");
-  CHECK(one.microbatches_per_s == doctest::Approx(1 / round));
-  CHECK(one.utilization == doctest::Approx(0.15 / round));
+  CHECK(one.microbatches_per_s == doctest::Approx(1 / round).scale(0));
+  CHECK(one.utilization == doctest::Approx(0.15 / round).scale(0));
   const int k = in_flight_to_cover(cost, link);
   CHECK(predict(cost, link, k).bound == "compute");
   CHECK(k >= 5);                                       // a quarter more than the 4 a round holds, plus 2
@@ -63,19 +63,19 @@ TEST_CASE("square-cube law: while the link bounds, utilization doubles with d; t
     const Prediction p = predict(cost, link, in_flight_to_cover(cost, link));
     CAPTURE(d);
     CHECK(p.bound == "uplink");
-    if (previous > 0) CHECK(p.utilization == doctest::Approx(2 * previous));
+    if (previous > 0) CHECK(p.utilization == doctest::Approx(2 * previous).scale(0));
     previous = p.utilization;
   }
   const MicrobatchCost wide = stage_of_width(65536, 1e-9, 512);
   const Prediction saturated = predict(wide, link, in_flight_to_cover(wide, link));
   CHECK(saturated.bound == "compute");
-  CHECK(saturated.utilization == doctest::Approx(1.0));
+  CHECK(saturated.utilization == doctest::Approx(1.0).scale(0));
 }
 
 TEST_CASE("an unlimited link costs only latency; a zero-cost microbatch predicts nothing") {
   const MicrobatchCost cost{.forward_compute_s = 0.1, .backward_compute_s = 0.2, .forward_request_bytes = 1 << 30};
   CHECK(uplink_seconds(cost, LinkParams{0, 0.05}) == 0);
-  CHECK(predict(cost, LinkParams{0, 0}, 1).utilization == doctest::Approx(1.0));
+  CHECK(predict(cost, LinkParams{0, 0}, 1).utilization == doctest::Approx(1.0).scale(0));
   const Prediction none = predict(MicrobatchCost{}, LinkParams{0, 0}, 4);
   CHECK(none.microbatches_per_s == 0);
   CHECK(none.utilization == 0);

@@ -39,7 +39,7 @@ TEST_CASE("matmul backward matches finite differences") {
   matmul_forward(out.data(), x.data(), w.data(), b.data(), N, C, OC);
   double expected = b[2];
   for (int c = 0; c < C; ++c) expected += static_cast<double>(x[3 * C + c]) * w[2 * C + c];
-  CHECK(out[3 * OC + 2] == doctest::Approx(expected).epsilon(1e-5));
+  CHECK(out[3 * OC + 2] == doctest::Approx(expected).epsilon(1e-5).scale(0));
 }
 
 TEST_CASE("matmul backward accumulates into existing gradients") {
@@ -77,7 +77,7 @@ TEST_CASE("layernorm backward matches finite differences, and the forward normal
     sum_sq += out[C + c] * out[C + c];
   }
   CHECK(sum / C == doctest::Approx(0.0).epsilon(1e-5));
-  CHECK(sum_sq / C == doctest::Approx(1.0).epsilon(1e-3));
+  CHECK(sum_sq / C == doctest::Approx(1.0).epsilon(1e-3).scale(0));
 }
 
 TEST_CASE("gelu backward matches finite differences") {
@@ -144,7 +144,7 @@ TEST_CASE("softmax cross-entropy: loss, and dlogits against finite differences")
   double expected = 0;
   for (int v = 0; v < V; ++v) expected += std::exp(static_cast<double>(logits[V + v]));
   expected = std::log(expected) - logits[V + 6];
-  CHECK(losses[1] == doctest::Approx(expected).epsilon(1e-5));
+  CHECK(losses[1] == doctest::Approx(expected).epsilon(1e-5).scale(0));
   check_gradient("cross-entropy dlogits", logits, dlogits, objective, 1e-2f, kTolerance);
 }
 
