@@ -20,6 +20,7 @@
 
 #include "apps/chaos.h"
 #include "apps/child_process.h"
+#include "apps/local_owner.h"
 #include "apps/report/run_report.h"
 #include "apps/swarm_access.h"
 #include "swarm/compression/codecs.h"
@@ -240,7 +241,8 @@ std::vector<int> peers_per_stage(const std::map<std::string, PeerAnnouncementRec
 // terminated when the fleet goes, on every way out of the run.
 class PeerFleet {
  public:
-  PeerFleet(const LocalSwarmOptions& o, uint16_t bootstrap_port) : o_(o), port_(bootstrap_port) {}
+  PeerFleet(const LocalSwarmOptions& o, uint16_t bootstrap_port, const LocalOwner* owner)
+      : o_(o), port_(bootstrap_port), owner_(owner) {}
   PeerFleet(const PeerFleet&) = delete;
   PeerFleet& operator=(const PeerFleet&) = delete;
   ~PeerFleet() {
@@ -252,9 +254,12 @@ class PeerFleet {
   Result<std::string> spawn(int stage, double slowdown, bool resume) {
     std::lock_guard lock(mu_);
     const std::string id = fmt::format("s{}p{}", stage, spawned_++);
-    SWARM_ASSIGN_OR_RETURN(ChildProcess child,
-                           ChildProcess::spawn(peer_args(o_, stage, id, port_, slowdown, resume), log_path(id),
-                                               kPeerEnvironment));
+    std::vector<std::string> args = peer_args(o_, stage, id, port_, slowdown, resume);
+    if (owner_ != nullptr) {
+      SWARM_ASSIGN_OR_RETURN(std::vector<std::string> admitted, owner_->admit(id));
+      args.insert(args.end(), admitted.begin(), admitted.end());
+    }
+    SWARM_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::spawn(args, log_path(id), kPeerEnvironment));
     processes_.push_back({id, stage, child});
     return id;
   }
@@ -320,6 +325,7 @@ class PeerFleet {
 
   const LocalSwarmOptions& o_;
   const uint16_t port_;
+  const LocalOwner* owner_;  // null unless --certified
   std::mutex mu_;  // guards everything below; chaos acts from its own thread
   std::vector<PeerProcess> processes_;
   int spawned_ = 0;
@@ -652,6 +658,7 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     // A run from before gradients had their own codec sent them in its codec.
     o->gradient_codec = config.value("gradient_codec", o->codec);
     o->rebalance_period_seconds = config.value("rebalance_period_seconds", o->rebalance_period_seconds);
+    o->certified = config.value("certified", false);  // the same owner: its key is in RUN_DIR/keys
     // Not --device, --precision or --attention: they say where this machine
     // computes, and the stage checkpoints load on any of them.
   } catch (const nlohmann::json::exception& e) {
@@ -763,6 +770,7 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"precision", o.compute.precision},
       {"attention", o.compute.attention},
       {"registry", "opendht"},
+      {"certified", o.certified},
       {"router", "stochastic_wiring"},
   };
   std::ofstream out(fs::path(o.run_dir) / "config.json");
@@ -991,7 +999,9 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
   }
   recorder.finish();
   const ValidationResult validation = validate_until(*trainers[0], run.data.windows, deadline);
-  return make_report(o, *summary, recorder, trainers, validation);
+  LocalSwarmReport report = make_report(o, *summary, recorder, trainers, validation);
+  report.bad_records += static_cast<int64_t>(run.registry.refused_seals());
+  return report;
 }
 
 }  // namespace
@@ -1021,7 +1031,15 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   MetricsWriter metrics((fs::path(o.run_dir) / "metrics.jsonl").string(), started);
   if (!metrics.ok()) return permission_denied("cannot write {}/metrics.jsonl", o.run_dir);
 
-  SWARM_ASSIGN_OR_RETURN(SwarmAccess access, SwarmAccess::create(o.host, o.secret));
+  std::optional<LocalOwner> owner;
+  if (o.certified && o.secret.empty() && std::getenv("SWARM_SECRET") == nullptr) {
+    return invalid_argument("--certified needs the swarm's --secret (or SWARM_SECRET)");
+  }
+  if (o.certified) {
+    SWARM_ASSIGN_OR_RETURN(owner, LocalOwner::create((fs::path(o.run_dir) / "keys").string()));
+    o.membership.owner_key = owner->public_hex();
+  }
+  SWARM_ASSIGN_OR_RETURN(SwarmAccess access, SwarmAccess::create(o.host, o.secret, o.membership));
   // Peer processes inherit the secret through the environment: argv is world-readable.
   if (access.secured() && ::setenv("SWARM_SECRET", access.secret().c_str(), 1) != 0) {
     return internal("cannot pass the secret to the peers");
@@ -1030,7 +1048,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, join_registry(o, access, &bootstrap_node, print));
   std::optional<PeerFleet> fleet;
   if (spawn) {
-    fleet.emplace(o, bootstrap_node->port());
+    fleet.emplace(o, bootstrap_node->port(), owner ? &*owner : nullptr);
     SWARM_RETURN_IF_ERROR(spawn_peers(o, *fleet, print));
   }
   PeerFleet* peers = fleet ? &*fleet : nullptr;

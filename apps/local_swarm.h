@@ -40,6 +40,9 @@ struct LocalSwarmOptions {
   std::string chaos;              // see apps/chaos.h
   std::string data_path;          // empty: the fortunes corpus
   bool gpt2_tokens = false;       // data_path is an llm.c .bin file of GPT-2 tokens (vocabulary 50257)
+  // The run is its swarm's owner and admits each peer it starts (local_owner.h);
+  // needs a secret.
+  bool certified = false;
   // LAMB moves each tensor by about lr times its own norm per step; this small model
   // trains fastest well above the paper's 1e-3 (measured: 1e-2 beats 2e-3 and 2e-2).
   float learning_rate = 1e-2f;    // peak lr of the stages' LAMB steps
@@ -81,6 +84,9 @@ struct LocalSwarmOptions {
   // Swarm secret: CURVE for every connection and sealed registry records; the
   // peers swarm local starts get it through their environment. Empty: plaintext.
   std::string secret;
+  // `swarm trainer` in a swarm with an owner: the owner's key (a trainer reads the
+  // peers' records; it announces none).
+  MembershipOptions membership;
 };
 
 // With --time-limit, training stops taking steps at the limit; the microbatches
@@ -107,7 +113,10 @@ struct LocalSwarmReport {
   int64_t microbatches_completed = 0;
   int64_t microbatches_abandoned = 0;
   int64_t retries = 0;
-  int64_t bad_records = 0;  // registry records the trainers refused (malformed, out of range, another stage)
+  // Registry records refused: those the trainers refused (malformed, out of range,
+  // another stage) and those the registry node refused to open (unsealed, forged, or
+  // in a swarm with an owner uncertified).
+  int64_t bad_records = 0;
   std::vector<int64_t> global_steps;  // per stage, the newest its committed membership vouched for
   int64_t replica_mismatches = 0;     // (stage, step) pairs whose replicas' hashes differed
   // (stage, peer, step) progress records ahead of their stage's vouched step that no

@@ -467,7 +467,7 @@ Result<SwarmStatus> read_status(const StatusOptions& o) {
   if (o.bootstrap.empty()) return invalid_argument("--bootstrap HOST:PORT is required");
   if (o.stages < 0) return invalid_argument("--stages {}: expected >= 0 (0: discover)", o.stages);
   if (!(o.wait_seconds > 0)) return invalid_argument("--wait must be > 0 seconds");
-  SWARM_ASSIGN_OR_RETURN(SwarmAccess access, SwarmAccess::create(o.host, o.secret));
+  SWARM_ASSIGN_OR_RETURN(SwarmAccess access, SwarmAccess::create(o.host, o.secret, {.owner_key = o.owner_key}));
   DhtRegistryOptions options = access.registry_options();
   options.get_timeout = std::chrono::milliseconds(3000);  // room for a retransmission or two
   SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, DhtRegistry::start(0, {o.bootstrap}, options));
@@ -531,6 +531,9 @@ void add_status_command(CLI::App& app, int* exit_code) {
   command->add_option("--secret", options->secret,
                       "Swarm secret: CURVE on every connection, sealed registry records (default: $SWARM_SECRET; "
                       "empty: plaintext)");
+  command->add_option("--owner-key", options->owner_key,
+                      "The swarm owner's public key (hex; default: $SWARM_OWNER_KEY): count only certified peers' "
+                      "records");
   command->add_option("--stages", options->stages,
                       "Stage keys to read (0: discover, reading stages 0, 1, ... until two in a row hold no record, "
                       "at most 64)")

@@ -121,6 +121,7 @@ struct StatusOptions {
   std::string bootstrap;           // HOST:PORT of any DHT node of the swarm
   std::string host = "127.0.0.1";  // the address this node binds
   std::string secret;              // empty: $SWARM_SECRET, then plaintext
+  std::string owner_key;           // empty: $SWARM_OWNER_KEY, then none
   int stages = 0;                  // stage keys to read; 0: discover
   bool json = false;
   double wait_seconds = 10;        // to reach the DHT and see the swarm

@@ -2,13 +2,51 @@
 
 #include <arpa/inet.h>
 
+#include <chrono>
 #include <cstdlib>
 
+#include "swarm/security/certificate.h"
 #include "swarm/security/record_seal.h"
 
 namespace swarm::apps {
 
-Result<SwarmAccess> SwarmAccess::create(const std::string& host, const std::string& secret) {
+namespace {
+
+int64_t wall_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Result<security::SwarmCredentials> credentials_for(const std::string& secret, const MembershipOptions& options) {
+  std::string owner_hex = options.owner_key;
+  if (owner_hex.empty()) {
+    if (const char* from_environment = std::getenv("SWARM_OWNER_KEY")) owner_hex = from_environment;
+  }
+  if (owner_hex.empty() && options.identity.empty() && options.certificate.empty()) {
+    return security::join_swarm(secret);
+  }
+  security::Membership membership;
+  if (!owner_hex.empty()) {
+    auto owner = security::signing_key_from_hex(owner_hex);
+    if (!owner.is_ok()) return invalid_argument("--owner-key: {}", owner.status().message());
+    membership.owner = *owner;
+  }
+  if (!options.certificate.empty()) {
+    SWARM_ASSIGN_OR_RETURN(membership.certificate, security::load_certificate_file(options.certificate));
+    if (options.identity.empty()) return invalid_argument("--certificate needs the --identity key file it admits");
+  }
+  if (!options.identity.empty()) {
+    SWARM_ASSIGN_OR_RETURN(membership.identity, security::load_key_file(options.identity));
+  } else {
+    SWARM_ASSIGN_OR_RETURN(security::SwarmCredentials fresh, security::join_swarm(secret));
+    membership.identity = fresh.self;
+  }
+  return security::join_swarm_as(secret, membership, wall_seconds());
+}
+
+}  // namespace
+
+Result<SwarmAccess> SwarmAccess::create(const std::string& host, const std::string& secret,
+                                        const MembershipOptions& membership) {
   in_addr parsed{};
   if (::inet_pton(AF_INET, host.c_str(), &parsed) != 1) {
     return invalid_argument("--host {}: expected a numeric IPv4 address", host);
@@ -23,10 +61,22 @@ Result<SwarmAccess> SwarmAccess::create(const std::string& host, const std::stri
     if (const char* from_environment = std::getenv("SWARM_SECRET")) access.secret_ = from_environment;
   }
   if (!access.secret_.empty()) {
-    SWARM_ASSIGN_OR_RETURN(security::SwarmCredentials credentials, security::join_swarm(access.secret_));
+    SWARM_ASSIGN_OR_RETURN(security::SwarmCredentials credentials, credentials_for(access.secret_, membership));
     access.credentials_ = std::move(credentials);
+  } else if (!membership.owner_key.empty() || !membership.identity.empty() || !membership.certificate.empty()) {
+    return invalid_argument("--owner-key, --identity and --certificate need the swarm's --secret");
   }
   return access;
+}
+
+bool SwarmAccess::certified_peer() const {
+  if (!credentials_ || credentials_->certificate.empty()) return false;
+  auto certificate = security::certificate_from_text(credentials_->certificate);
+  return certificate.is_ok() && certificate->role == security::MemberRole::peer;
+}
+
+std::string SwarmAccess::owner_key() const {
+  return owned() ? security::to_hex(credentials_->owner->data(), credentials_->owner->size()) : std::string();
 }
 
 DhtRegistryOptions SwarmAccess::registry_options() const {

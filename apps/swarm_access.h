@@ -20,14 +20,29 @@
 
 namespace swarm::apps {
 
+// Where a swarm has an owner (swarm/security/certificate.h): the owner's public
+// key, and this process's lasting identity and its certificate from the owner.
+struct MembershipOptions {
+  std::string owner_key;    // hex; empty reads SWARM_OWNER_KEY; both empty: no owner
+  std::string identity;     // a key file (swarm keygen); empty: a fresh identity per start
+  std::string certificate;  // a certificate file (swarm admit)
+};
+
 class SwarmAccess {
  public:
   // host: a numeric IPv4 address others can dial (not 0.0.0.0). secret: empty
-  // reads SWARM_SECRET; both empty mean a plaintext swarm.
-  static Result<SwarmAccess> create(const std::string& host, const std::string& secret);
+  // reads SWARM_SECRET; both empty mean a plaintext swarm. An owner needs a secret.
+  static Result<SwarmAccess> create(const std::string& host, const std::string& secret,
+                                    const MembershipOptions& membership = {});
 
   const std::string& host() const { return host_; }
   bool secured() const { return credentials_.has_value(); }
+  // The swarm has an owner: only certified peers' records count.
+  bool owned() const { return credentials_ && credentials_->owner.has_value(); }
+  // This process holds a peer certificate from the owner, so its records count.
+  bool certified_peer() const;
+  // The owner's public key (hex) for child processes; empty without an owner.
+  std::string owner_key() const;
   // The secret, for child processes (through their environment, not argv).
   const std::string& secret() const { return secret_; }
 

@@ -27,6 +27,7 @@
 #include "apps/compute_options.h"
 #include "apps/live_view.h"
 #include "apps/local_swarm.h"
+#include "apps/membership_commands.h"
 #include "apps/sim/sim_command.h"
 #include "apps/status_command.h"
 #include "apps/local_training.h"
@@ -305,6 +306,9 @@ int main(int argc, char** argv) {
   add_swarm_options(local_cmd, &local);
   add_compute_options(local_cmd, &local.compute);
   local_cmd->add_option("--peers-per-stage", local.peers_per_stage, "Peer processes per stage")->capture_default_str();
+  local_cmd->add_flag("--certified", local.certified,
+                      "With --secret: the run is the swarm's owner (keys in RUN_DIR/keys) and admits each peer it "
+                      "starts; only their records count");
   local_cmd->add_option("--lr", local.learning_rate, "Peak learning rate of the stages' LAMB steps")
       ->capture_default_str();
   local_cmd->add_option("--warmup", local.warmup_steps, "Global steps of lr warm-up")->capture_default_str();
@@ -340,6 +344,9 @@ int main(int argc, char** argv) {
   add_swarm_options(trainer_cmd, &trainer_options);
   trainer_cmd->add_option("--bootstrap", trainer_options.bootstrap, "HOST:PORT of a DHT node of the swarm")->required();
   add_host_option(trainer_cmd, &trainer_options.host);
+  trainer_cmd->add_option("--owner-key", trainer_options.membership.owner_key,
+                          "The swarm owner's public key (hex; default: $SWARM_OWNER_KEY): route only to peers it "
+                          "certified");
 
   uint16_t bootstrap_port = 0;
   std::string bootstrap_host = "127.0.0.1", bootstrap_secret;
@@ -379,6 +386,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   peer_cmd->add_option("--threads", peer.threads, "CPU threads")->capture_default_str();
   add_secret_option(peer_cmd, &peer.secret);
+  swarm::apps::add_membership_options(peer_cmd, &peer.membership);
   peer_cmd->add_option("--global-batch", peer.global_batch_samples,
                        "Samples per global step of the stage: peers average gradients and take one LAMB step "
                        "together (0: solo mode, a local AdamW step every --step-every samples)")
@@ -413,11 +421,17 @@ int main(int argc, char** argv) {
   swarm::apps::add_bench_command(app, &bench_exit_code);
   int status_exit_code = 0;
   swarm::apps::add_status_command(app, &status_exit_code);
+  int keygen_exit_code = 0;
+  swarm::apps::add_keygen_command(app, &keygen_exit_code);
+  int admit_exit_code = 0;
+  swarm::apps::add_admit_command(app, &admit_exit_code);
 
   CLI11_PARSE(app, argc, argv);
   if (app.got_subcommand("sim")) return sim_exit_code;
   if (app.got_subcommand("bench")) return bench_exit_code;
   if (app.got_subcommand("status")) return status_exit_code;
+  if (app.got_subcommand("keygen")) return keygen_exit_code;
+  if (app.got_subcommand("admit")) return admit_exit_code;
   if (*local_cmd) return run_swarm(local, "local");
   if (*trainer_cmd) return run_swarm(trainer_options, "trainer");
   if (*bootstrap_cmd) return swarm::apps::run_bootstrap(bootstrap_host, bootstrap_port, bootstrap_secret);

@@ -124,9 +124,15 @@ int run_peer(const PeerRoleOptions& options) {
     fmt::print(stderr, "swarm peer: {}\n", ready.message());
     return 2;
   }
-  auto access = SwarmAccess::create(options.host, options.secret);
+  auto access = SwarmAccess::create(options.host, options.secret, options.membership);
   if (!access.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", access.status().to_string());
+    return 1;
+  }
+  if (access->owned() && !access->certified_peer()) {
+    fmt::print(stderr,
+               "swarm peer: this swarm has an owner (--owner-key): a peer needs its --identity and the owner's "
+               "--certificate for it (role peer), or its records count for nothing\n");
     return 1;
   }
   auto peer_id = access->peer_id(options.peer_id.empty() ? fmt::format("peer-{}", ::getpid()) : options.peer_id);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "apps/compute_options.h"
+#include "apps/swarm_access.h"
 #include "models/gpt/config.h"
 #include "swarm/api/codec.h"
 #include "swarm/core/status.h"
@@ -63,6 +64,7 @@ struct PeerRoleOptions {
   double announce_ttl_seconds = 4.0;
   int threads = 1;
   std::string secret;  // swarm secret (else SWARM_SECRET); empty = plaintext
+  MembershipOptions membership;  // a swarm with an owner: its key, this peer's identity and certificate
   // Stage synchronization (0: solo mode, a local step every step_every_samples).
   int64_t global_batch_samples = 0;
   int64_t total_steps = 0;            // lr decay horizon; 0: constant after warm-up

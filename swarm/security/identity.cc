@@ -45,17 +45,10 @@ std::string fingerprint_of_raw_curve_key(const unsigned char* key) {
 }
 
 Result<SwarmIdentity> fresh_identity() {
-  SwarmIdentity identity;
-  crypto_sign_keypair(identity.signing_public.data(), identity.signing_secret.data());
-  unsigned char curve_secret[32];
-  if (crypto_sign_ed25519_sk_to_curve25519(curve_secret, identity.signing_secret.data()) != 0) {
-    return internal("cannot convert the signing key to a CURVE key");
-  }
-  auto pair = curve_pair(curve_secret);
-  sodium_memzero(curve_secret, sizeof curve_secret);
-  if (!pair.is_ok()) return pair.status();
-  identity.curve = std::move(pair).value();
-  SWARM_ASSIGN_OR_RETURN(identity.fingerprint, fingerprint_of_signing_key(identity.signing_public));
+  std::array<unsigned char, 32> seed{};
+  randombytes_buf(seed.data(), seed.size());
+  auto identity = identity_from_seed(seed);
+  sodium_memzero(seed.data(), seed.size());
   return identity;
 }
 
@@ -88,6 +81,22 @@ Result<SwarmCredentials> join_swarm(const std::string& secret) {
   credentials.membership_key = derive(secret, "swarm-membership-v1");
   SWARM_ASSIGN_OR_RETURN(credentials.self, fresh_identity());
   return credentials;
+}
+
+Result<SwarmIdentity> identity_from_seed(const std::array<unsigned char, 32>& seed) {
+  SWARM_RETURN_IF_ERROR(ensure_sodium());
+  SwarmIdentity identity;
+  crypto_sign_seed_keypair(identity.signing_public.data(), identity.signing_secret.data(), seed.data());
+  unsigned char curve_secret[32];
+  if (crypto_sign_ed25519_sk_to_curve25519(curve_secret, identity.signing_secret.data()) != 0) {
+    return internal("cannot convert the signing key to a CURVE key");
+  }
+  auto pair = curve_pair(curve_secret);
+  sodium_memzero(curve_secret, sizeof curve_secret);
+  if (!pair.is_ok()) return pair.status();
+  identity.curve = std::move(pair).value();
+  SWARM_ASSIGN_OR_RETURN(identity.fingerprint, fingerprint_of_signing_key(identity.signing_public));
+  return identity;
 }
 
 Result<std::string> fingerprint_of_curve_key(std::string_view z85_public_key) {

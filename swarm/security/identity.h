@@ -19,6 +19,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -42,6 +43,11 @@ struct SwarmCredentials {
   CurveKeyPair swarm_server;                      // derived from the secret, the same for every member
   std::array<unsigned char, 32> membership_key{};  // derived from the secret
   SwarmIdentity self;
+  // Where the swarm has an owner (certificate.h): the owner's Ed25519 public key,
+  // which every record must carry a certificate from, and this process's own
+  // certificate, as text. Unset and empty in a swarm of the secret alone.
+  std::optional<std::array<unsigned char, 32>> owner;
+  std::string certificate;
 
   // CURVE on, the swarm's server pair, any client key admitted (the handshake
   // itself proves the client knew the server key).
@@ -53,6 +59,10 @@ struct SwarmCredentials {
 // The swarm's derived keys plus a fresh identity. Errors on an empty secret or a
 // libzmq without CURVE.
 Result<SwarmCredentials> join_swarm(const std::string& secret);
+
+// The identity an Ed25519 seed makes, the same every time (a key file's:
+// certificate.h); join_swarm's is from a random seed.
+Result<SwarmIdentity> identity_from_seed(const std::array<unsigned char, 32>& seed);
 
 // The fingerprint of a Z85 CURVE public key (40 characters).
 Result<std::string> fingerprint_of_curve_key(std::string_view z85_public_key);

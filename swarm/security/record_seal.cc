@@ -2,9 +2,12 @@
 
 #include <sodium.h>
 
+#include <chrono>
 #include <memory>
 
 #include <nlohmann/json.hpp>
+
+#include "swarm/security/certificate.h"
 
 namespace swarm::security {
 namespace {
@@ -21,11 +24,12 @@ Result<std::string> seal(const SwarmCredentials& credentials, const StoredRecord
   unsigned char signature[crypto_sign_BYTES];
   crypto_sign_detached(signature, nullptr, reinterpret_cast<const unsigned char*>(message.data()), message.size(),
                        credentials.self.signing_secret.data());
-  return nlohmann::json{{"value", record.value},
+  nlohmann::json sealed{{"value", record.value},
                         {"signer", to_hex(credentials.self.signing_public.data(), 32)},
                         {"member", membership_tag(credentials.membership_key, credentials.self.signing_public)},
-                        {"signature", to_hex(signature, sizeof signature)}}
-      .dump();
+                        {"signature", to_hex(signature, sizeof signature)}};
+  if (!credentials.certificate.empty()) sealed["certificate"] = credentials.certificate;
+  return sealed.dump();
 }
 
 Result<std::string> string_field(const nlohmann::json& j, const char* name) {
@@ -46,7 +50,25 @@ Status names_its_subkey(const std::string& value, const std::string& subkey) {
   return Status::ok();
 }
 
-Result<std::string> open(const std::array<unsigned char, 32>& membership_key, const StoredRecord& record) {
+// In a swarm with an owner, a signer counts only as a certified peer: minted
+// identities (no certificate) and trainers' keys publish nothing the members read.
+Status certified(const nlohmann::json& sealed, const SigningKey& owner, const SigningKey& signer, int64_t now) {
+  auto field = sealed.find("certificate");
+  if (field == sealed.end() || !field->is_string()) {
+    return permission_denied("uncertified record: this swarm has an owner and the signer shows no certificate");
+  }
+  auto certificate = certificate_from_text(field->get<std::string>());
+  if (!certificate.is_ok()) return permission_denied("uncertified record: {}", certificate.status().message());
+  Status admitted = check_certificate(*certificate, owner, signer, now);
+  if (!admitted.is_ok()) return permission_denied("uncertified record: {}", admitted.message());
+  if (certificate->role != MemberRole::peer) {
+    return permission_denied("uncertified record: a {} certificate announces nothing", role_name(certificate->role));
+  }
+  return Status::ok();
+}
+
+Result<std::string> open(const SwarmCredentials& credentials, const StoredRecord& record, int64_t now) {
+  const std::array<unsigned char, 32>& membership_key = credentials.membership_key;
   if (record.value.size() > kMaxSealedBytes) return invalid_argument("sealed record of {} bytes", record.value.size());
   auto j = nlohmann::json::parse(record.value, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return invalid_argument("unsigned record: not a sealed JSON object");
@@ -69,6 +91,7 @@ Result<std::string> open(const std::array<unsigned char, 32>& membership_key, co
                                   signer.data()) != 0) {
     return permission_denied("forged record: bad signature");
   }
+  if (credentials.owner) SWARM_RETURN_IF_ERROR(certified(j, *credentials.owner, signer, now));
   SWARM_ASSIGN_OR_RETURN(std::string fingerprint, fingerprint_of_signing_key(signer));
   if (fingerprint_in(record.subkey) != fingerprint) {
     return permission_denied("forged record: subkey {} is not bound to its signer's key", record.subkey);
@@ -79,11 +102,17 @@ Result<std::string> open(const std::array<unsigned char, 32>& membership_key, co
 
 }  // namespace
 
-RecordSealer make_record_sealer(const SwarmCredentials& credentials) {
+RecordSealer make_record_sealer(const SwarmCredentials& credentials, std::function<int64_t()> wall_seconds) {
+  if (!wall_seconds) {
+    wall_seconds = [] {
+      return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+    };
+  }
   auto shared = std::make_shared<const SwarmCredentials>(credentials);
   RecordSealer sealer;
   sealer.seal = [shared](const StoredRecord& record) { return seal(*shared, record); };
-  sealer.open = [shared](const StoredRecord& record) { return open(shared->membership_key, record); };
+  sealer.open = [shared, wall_seconds](const StoredRecord& record) { return open(*shared, record, wall_seconds()); };
   return sealer;
 }
 

@@ -35,6 +35,7 @@
 #include "swarm/protocol/records.h"
 #include "swarm/protocol/stage_protocol.h"
 #include "swarm/registry/dht_registry.h"
+#include "swarm/security/certificate.h"
 #include "swarm/security/identity.h"
 #include "swarm/security/record_seal.h"
 #include "transports/zmq/zmq_transport.h"
@@ -58,8 +59,14 @@ struct Attacker {
   DhtRegistry registry;
   ClientCache<ZmqTransport> clients;
 
-  static Attacker join(uint16_t bootstrap_port, const std::string& secret) {
-    auto credentials = security::join_swarm(secret);
+  // A member with a fresh identity; or, where the swarm has an owner, with the
+  // identity and certificate of `membership` (certificate.h).
+  static Attacker join(uint16_t bootstrap_port, const std::string& secret,
+                       const std::optional<security::Membership>& membership = std::nullopt) {
+    const int64_t wall_seconds =
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    auto credentials =
+        membership ? security::join_swarm_as(secret, *membership, wall_seconds) : security::join_swarm(secret);
     REQUIRE(credentials.is_ok());
     auto id = security::peer_id_bound_to("mallory", credentials->self);
     REQUIRE(id.is_ok());

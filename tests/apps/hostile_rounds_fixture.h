@@ -65,6 +65,7 @@ namespace swarm::hostile_rounds {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using namespace hostile;  // Attacker, LivePeer, reply_of, refusals_of, Counter, ...
+using test_apps::OwnedSwarm;
 using test_apps::read_all;
 using test_apps::read_metrics;
 using test_apps::rss_kib;
@@ -205,7 +206,10 @@ struct HostileRun {
                                         "--time-limit", "150", "--eval-windows", std::to_string(kEvalWindows),
                                         "--forward-timeout", "3", "--backward-timeout", "5"};
     trainer.insert(trainer.end(), model.begin(), model.end());
-    if (owner) trainer.insert(trainer.end(), {"--owner-key", owner->public_hex});
+    if (owner) {
+      trainer.push_back("--owner-key");
+      trainer.push_back(owner->public_hex);
+    }
     fs::create_directories(dir / "run");
     trainer_pid = spawn(trainer, dir / "trainer.log");
     children.push_back(trainer_pid);
