@@ -890,6 +890,11 @@ Status StageRounds::on_join(const RoundMessage& m, double now) {
     return s;
   };
   if (bans_.banned(m.sender)) return refuse(permission_denied("{} is banned from this stage's rounds", m.sender));
+  // Members come from the stage's view, whose records are sealed and, in a swarm
+  // with an owner, certified: an identity with no record there is no stage-mate.
+  if (view_.find(m.sender) == nullptr) {
+    return refuse(permission_denied("{} has no record in this stage's view", m.sender));
+  }
   if (mode_ != Mode::serving || !earlier_life_settled(now)) {
     return refuse(unavailable("{} is not serving", config_.peer_id));
   }

@@ -128,6 +128,27 @@ TEST_CASE("a member that JOINs with the stage's own step and hash, then sends no
 
   std::map<std::string, Tally> tally;  // by attacker id
   Counter answered;
+  // A JOIN counts only from a stage-mate in the view: the member announces a record
+  // as `zed` at the stage's step and hash, as a peer would, five times a second.
+  PeriodicTask announcer;
+  announcer.start(0.2, [&] {
+    ProgressRecord newest;
+    for (const auto& [id, r] : attacker.progress_of(0, run.watched)) {
+      if (r.step >= newest.step) newest = r;
+    }
+    if (newest.peer_id.empty()) return;
+    ProgressRecord mine;
+    mine.peer_id = *high;
+    mine.address = hole.server->address();
+    mine.stage = 0;
+    mine.step = newest.step;
+    mine.params_hash = newest.params_hash;
+    mine.recent_hashes = {{newest.step, newest.params_hash}};
+    mine.samples = 16;
+    mine.samples_per_second = 100;
+    mine.published_at = attacker.registry.now();
+    (void)attacker.registry.announce(progress_registry_key(0), *high, mine.to_json(), attacker.registry.now() + 5);
+  });
   // The attack's pace: JOINs some 20 times a second, as a member re-JOINs.
   PeriodicTask joiner;
   joiner.start(0.05, [&] {
@@ -154,6 +175,7 @@ TEST_CASE("a member that JOINs with the stage's own step and hash, then sends no
   REQUIRE_MESSAGE(answered.wait_for_at_least(1, 10s), "no peer took the member's JOIN");
   const Window during = run.measure("during");
   joiner.stop();
+  announcer.stop();
   // The window after begins once the stage has stepped without the member (its last
   // JOIN may hold a round up to the part deadline).
   const auto stopped = Clock::now();

@@ -240,5 +240,43 @@ TEST_CASE("early parts from 100 minted stage-mates are held within a bound set b
   }
 }
 
+// A round takes members from the stage's view: in a swarm with an owner that view
+// holds certified peers only (their records), so an identity minted with the
+// secret, which has no record there, cannot JOIN its way into the round's average.
+TEST_CASE("a JOIN from an identity with no record in the stage's view is refused and counted") {
+  TinyReplica replica;
+  StageRounds rounds(config_for("p0"), &replica, RoundCodec::raw(), 0);
+  TinyReplica mate;
+  double now = 0;
+  auto observe = [&](bool with_minted) {
+    std::vector<ProgressRecord> records = {record_of("p0", replica, now), record_of("p1", mate, now)};
+    if (with_minted) records.push_back(record_of("x1", mate, now));
+    rounds.observe(records, now);
+    rounds.tick(now);
+  };
+  for (; !rounds.serving() || rounds.leader() != "p0"; now += kTick) {
+    REQUIRE(now < 3);
+    observe(false);
+  }
+  auto join_from = [&](const std::string& sender) {
+    RoundMessage m;
+    m.op = RoundOp::join;
+    m.step = replica.step();
+    m.sender = sender;
+    m.address = "sim://" + sender;
+    m.params_hash = replica.params_hash();
+    m.samples = 8;
+    return rounds.receive(m, now);
+  };
+  const int64_t refused_before = rounds.counters().joins_refused;
+  const Status minted = join_from("x1");
+  CHECK(minted.code() == StatusCode::permission_denied);
+  CHECK(rounds.counters().joins_refused == refused_before + 1);
+  CHECK(join_from("p1").is_ok());
+  // Once its record is in the view, it is a stage-mate like any other.
+  observe(true);
+  CHECK(join_from("x1").is_ok());
+}
+
 }  // namespace
 }  // namespace swarm
