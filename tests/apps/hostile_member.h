@@ -1,5 +1,5 @@
 // hostile_member: a member of a secured swarm that turns on it, as the process-level
-// attack tests (hostile_swarm_test, and the hostile rounds tests through
+// attack tests (the hostile rounds tests, through
 // hostile_rounds_fixture.h) play it: it joins with the swarm's secret and its own
 // identity, finds the peers in the registry, calls them and announces records as any
 // member may; and the tools its attack threads share (a tally of replies, a count to
