@@ -1,6 +1,5 @@
 #include "apps/local_owner.h"
 
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -10,10 +9,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kCertificateSeconds = 24 * 3600;
-
-int64_t wall_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 
@@ -42,7 +37,7 @@ Result<std::vector<std::string>> LocalOwner::admit(const std::string& name) cons
   auto member = fs::exists(key_path) ? security::load_key_file(key_path) : security::create_key_file(key_path);
   if (!member.is_ok()) return member.status();
   const security::Certificate certificate =
-      security::admit(owner_, member->signing_public, security::MemberRole::peer, wall_seconds() + kCertificateSeconds);
+      security::admit(owner_, member->signing_public, security::MemberRole::peer, security::wall_clock_seconds() + kCertificateSeconds);
   std::ofstream out(certificate_path, std::ios::trunc);
   if (!(out << security::to_text(certificate) << "\n") || !out.flush()) {
     return permission_denied("cannot write {}", certificate_path);

@@ -1,6 +1,5 @@
 #include "apps/membership_commands.h"
 
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -41,9 +40,7 @@ int admit(const AdmitOptions& o) {
   if (!member.is_ok()) return fail("--member: " + member.status().message());
   auto role = security::role_from_name(o.role);
   if (!role.is_ok()) return fail("--role: " + role.status().message());
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-  const int64_t expires_at = now + static_cast<int64_t>(o.days * 86400);
+  const int64_t expires_at = security::wall_clock_seconds() + static_cast<int64_t>(o.days * 86400);
   const std::string text = security::to_text(security::admit(*owner, *member, *role, expires_at)) + "\n";
   if (o.out.empty()) {
     fmt::print("{}", text);

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 
-#include <chrono>
 #include <cstdlib>
 
 #include "swarm/security/certificate.h"
@@ -11,10 +10,6 @@
 namespace swarm::apps {
 
 namespace {
-
-int64_t wall_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 Result<security::SwarmCredentials> credentials_for(const std::string& secret, const MembershipOptions& options) {
   std::string owner_hex = options.owner_key;
@@ -40,7 +35,7 @@ Result<security::SwarmCredentials> credentials_for(const std::string& secret, co
     SWARM_ASSIGN_OR_RETURN(security::SwarmCredentials fresh, security::join_swarm(secret));
     membership.identity = fresh.self;
   }
-  return security::join_swarm_as(secret, membership, wall_seconds());
+  return security::join_swarm_as(secret, membership, security::wall_clock_seconds());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -154,6 +155,10 @@ Result<SwarmCredentials> join_swarm_as(const std::string& secret, const Membersh
   if (!admitted.is_ok()) return permission_denied("this process's certificate: {}", admitted.message());
   credentials.certificate = to_text(*membership.certificate);
   return credentials;
+}
+
+int64_t wall_clock_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 Result<SigningKey> signing_key_from_hex(std::string_view hex) {

@@ -72,6 +72,9 @@ struct Membership {
 };
 Result<SwarmCredentials> join_swarm_as(const std::string& secret, const Membership& membership, int64_t now);
 
+// The clock certificates expire by: seconds since the epoch (UTC).
+int64_t wall_clock_seconds();
+
 Result<SigningKey> signing_key_from_hex(std::string_view hex);
 Result<Certificate> load_certificate_file(const std::string& path);
 

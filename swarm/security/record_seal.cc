@@ -2,7 +2,6 @@
 
 #include <sodium.h>
 
-#include <chrono>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -103,12 +102,7 @@ Result<std::string> open(const SwarmCredentials& credentials, const StoredRecord
 }  // namespace
 
 RecordSealer make_record_sealer(const SwarmCredentials& credentials, std::function<int64_t()> wall_seconds) {
-  if (!wall_seconds) {
-    wall_seconds = [] {
-      return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count();
-    };
-  }
+  if (!wall_seconds) wall_seconds = wall_clock_seconds;
   auto shared = std::make_shared<const SwarmCredentials>(credentials);
   RecordSealer sealer;
   sealer.seal = [shared](const StoredRecord& record) { return seal(*shared, record); };

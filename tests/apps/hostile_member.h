@@ -63,10 +63,8 @@ struct Attacker {
   // identity and certificate of `membership` (certificate.h).
   static Attacker join(uint16_t bootstrap_port, const std::string& secret,
                        const std::optional<security::Membership>& membership = std::nullopt) {
-    const int64_t wall_seconds =
-        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-    auto credentials =
-        membership ? security::join_swarm_as(secret, *membership, wall_seconds) : security::join_swarm(secret);
+    auto credentials = membership ? security::join_swarm_as(secret, *membership, security::wall_clock_seconds())
+                                  : security::join_swarm(secret);
     REQUIRE(credentials.is_ok());
     auto id = security::peer_id_bound_to("mallory", credentials->self);
     REQUIRE(id.is_ok());

@@ -30,9 +30,7 @@ std::string keygen(const fs::path& path) {
   return trimmed(made.output);
 }
 
-int64_t now_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+int64_t now_seconds() { return security::wall_clock_seconds(); }
 
 TEST_CASE("swarm keygen and swarm admit make a private key and a certificate the owner's key checks") {
   const fs::path dir = temp_dir("membership-cli");
