@@ -414,6 +414,9 @@ int main(int argc, char** argv) {
   peer_cmd->add_option("--test-contribution-scale-from", peer.test_contribution_scale_from_step,
                        "Attack tests: the global step from which --test-contribution-scale applies")
       ->capture_default_str();
+  peer_cmd->add_option("--test-forge-reduced-part-from", peer.test_forge_reduced_part_from,
+                       "Attack tests: from this global step on, this peer also hands each mate of a round of three or "
+                       "more a forged reduced part");
 
   int sim_exit_code = 0;
   swarm::apps::add_sim_command(app, &sim_exit_code);

@@ -188,6 +188,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.test_die_after_allreduce_sends = options.test_die_in_allreduce_after;
   config.test_die_after_state_chunks = options.test_die_after_state_chunks;
   config.test_contribution_scale = {options.test_contribution_scale, options.test_contribution_scale_from_step};
+  config.test_forge_reduced_part_from = options.test_forge_reduced_part_from;
   config.test_die_by_signal = true;
   return serve_peer(*backend, PeerServing{options, *layouts, config, &*registry, access->secured()});
 }

@@ -79,6 +79,7 @@ struct PeerRoleOptions {
   int64_t test_die_after_state_chunks = 0;
   float test_contribution_scale = 1.0f;
   int64_t test_contribution_scale_from_step = 0;
+  int64_t test_forge_reduced_part_from = -1;
 };
 
 int run_peer(const PeerRoleOptions& options);

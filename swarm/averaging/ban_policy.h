@@ -73,6 +73,12 @@ class BanPolicy {
     return out;
   }
 
+  // A member caught doing what no honest member does (a reduced part in a round
+  // where every member reduces for itself): banned at once. Returns why.
+  std::string caught(const std::string& member, const std::string& what) {
+    return banned(member) ? banned_.at(member) : ban(member, what);
+  }
+
   bool banned(const std::string& member) const { return banned_.count(member) != 0; }
   const std::map<std::string, std::string>& bans() const { return banned_; }
 

@@ -245,6 +245,7 @@ void StageRounds::resync_finished(bool loaded, double now) {
   started_at_ = now;
   finished_groups_.clear();
   early_parts_.clear();
+  early_reductions_.clear();
   early_values_ = 0;
 }
 
@@ -600,6 +601,12 @@ Status StageRounds::enter_group(GroupSpec spec, double now) {
   for (const auto& part : early) {
     if (part.group == group_->round.spec().group) (void)group_->round.receive(part);
   }
+  for (const auto& [group, sender] : std::exchange(early_reductions_, {})) {
+    RoundMessage claimed;
+    claimed.phase = 1;
+    claimed.sender = sender;
+    if (group == group_->round.spec().group) ban_if_forged_reduction(claimed);
+  }
   return Status::ok();
 }
 
@@ -607,6 +614,7 @@ Status StageRounds::enter_group(GroupSpec spec, double now) {
 void StageRounds::after_progress(double now) {
   if (!group_) return;
   for (auto& out : group_->round.take_outgoing()) outbox_.push_back(std::move(out));
+  forge_reduced_parts();
   if (!group_->round.complete() || group_->done_sent) return;
   judge_contributions(now);
   group_->done_sent = true;
@@ -629,14 +637,48 @@ void StageRounds::after_progress(double now) {
 // A robust round's judgements of its members' contributions, to the ban policy.
 // Every honest member reduced the same numbers, so they ban the same member at once.
 void StageRounds::judge_contributions(double now) {
-  for (const auto& [id, why] : bans_.judge_round(group_->round.judgements(), config_.peer_id)) {    Bench& b = bench_[id];
-    b.until = b.deposed_until = std::numeric_limits<double>::infinity();
-    joiners_.erase(id);
-    ++counters_.banned;
-    events_.push_back({RoundEvent::Kind::banned, group_->round.spec().step, group_->round.spec().group, false, 0,
-                       fmt::format("{} banned from the stage's rounds: {}", id, why)});
-  }
+  for (const auto& [id, why] : bans_.judge_round(group_->round.judgements(), config_.peer_id)) exclude(id, why);
   (void)now;
+}
+
+// Attack tests' Byzantine stage-mate: once per robust round, a "reduced" part of
+// junk to every other member, which an honest member refuses and bans it for.
+void StageRounds::forge_reduced_parts() {
+  const GroupSpec& spec = group_->round.spec();
+  if (config_.test_forge_reduced_part_from < 0 || spec.step < config_.test_forge_reduced_part_from ||
+      !group_->round.robust() || group_->forged_sent) {
+    return;
+  }
+  group_->forged_sent = true;
+  for (const auto& member : spec.members) {
+    if (member.peer_id == config_.peer_id) continue;
+    RoundMessage m = control(RoundOp::part);
+    m.phase = 1;  // a reduced part is its owner's: part == from
+    m.from = m.part = group_->round.member_index(config_.peer_id);
+    m.values.assign(16, 1000.0f);
+    send(member.peer_id, member.address, std::move(m));
+  }
+}
+
+// A ban is for good: no bench ends it, no JOIN is taken, and it is counted and told.
+void StageRounds::exclude(const std::string& id, const std::string& why) {
+  Bench& b = bench_[id];
+  b.until = b.deposed_until = std::numeric_limits<double>::infinity();
+  joiners_.erase(id);
+  ++counters_.banned;
+  events_.push_back({RoundEvent::Kind::banned, group_->round.spec().step, group_->round.spec().group, false, 0,
+                     fmt::format("{} banned from the stage's rounds: {}", id, why)});
+}
+
+// In a robust round every member reduces the whole gradient itself: a reduced
+// part is not a slip of an honest member but an attempt to hand the others an
+// average, so its sender is banned on the spot.
+void StageRounds::ban_if_forged_reduction(const RoundMessage& m) {
+  if (m.phase != 1 || !group_->round.robust() || m.sender == config_.peer_id || bans_.banned(m.sender)) return;
+  if (group_->round.member_index(m.sender) < 0) return;
+  exclude(m.sender, bans_.caught(m.sender, fmt::format("it sent a reduced part in a round of {}, where every member "
+                                                       "reduces for itself",
+                                                       group_->round.size())));
 }
 
 void StageRounds::commit(double now) {
@@ -982,6 +1024,7 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
     Status s = group_->round.receive(m);
     if (!s.is_ok()) {
       ++counters_.refused_bad_part;
+      ban_if_forged_reduction(m);
       return s;
     }
     after_progress(now);
@@ -994,6 +1037,11 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
   // Only contributions come early: an averaged part (phase 1) needs this peer's
   // own contribution first, so it cannot precede this peer's BEGIN.
   if (!early || m.phase != 0) {
+    // A reduced part before the BEGIN is remembered (not held): once the group begins
+    // and proves to be one where nobody reduces for another, it is proof enough.
+    if (early && m.phase == 1 && early_reductions_.size() < kMaxEarlyReductions) {
+      early_reductions_.emplace(m.group, m.sender);
+    }
     ++counters_.refused_no_begin;
     return failed_precondition("no BEGIN for group {:016x} here", m.group);
   }

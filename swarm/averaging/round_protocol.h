@@ -97,6 +97,9 @@ struct RoundsConfig {
   // parts hold at most max(max_early_values, max_members whole contributions),
   // whatever the registry shows (see StageRounds::early_shares).
   int64_t gradient_values = 0;
+  // Attack tests: from this global step on, this peer hands each mate of a robust
+  // round a "reduced" part as well as its contribution (-1: never).
+  int64_t test_forge_reduced_part_from = -1;
 
   // The timings checked against each other: a leader must not forget a member
   // between two of its JOINs, nor a record lapse between two of its publications.
@@ -214,6 +217,7 @@ class StageRounds {
     RoundGroup round;
     double started_at = 0;
     bool done_sent = false;
+    bool forged_sent = false;  // attack tests: forge_reduced_parts() sent its parts
     double done_at = 0;
     double longest_unpublished = 0;  // the longest time without an announced record since it started
     uint64_t hash_before = 0;
@@ -247,6 +251,9 @@ class StageRounds {
   void send_join(double now);
   void after_progress(double now);
   void judge_contributions(double now);
+  void exclude(const std::string& id, const std::string& why);
+  void ban_if_forged_reduction(const RoundMessage& m);
+  void forge_reduced_parts();
   void commit(double now);
   void apply(bool led, int64_t steps, double now);
   void abort_group(const std::string& why, bool tell_others, double now);
@@ -306,6 +313,9 @@ class StageRounds {
   std::unique_ptr<ActiveGroup> group_;
   std::optional<RoundReplica::Taken> held_;  // taken for this step, not stepped yet
   std::vector<RoundMessage> early_parts_;
+  // Reduced parts that came before their BEGIN: (group, sender), judged when it begins.
+  static constexpr size_t kMaxEarlyReductions = 64;
+  std::set<std::pair<uint64_t, std::string>> early_reductions_;
   int64_t early_values_ = 0;  // their cost: values and a fixed overhead per part
   std::map<uint64_t, int64_t> voted_groups_;  // groups this peer reported DONE in, and their step
   // A process restarted under its id has forgotten the DONEs it sent: see earlier_life_settled.

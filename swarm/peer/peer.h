@@ -126,6 +126,7 @@ struct PeerConfig {
   bool test_die_by_signal = false;
   // For attack tests: the peer plays a Byzantine stage-mate (see ContributionScale).
   ContributionScale test_contribution_scale;
+  int64_t test_forge_reduced_part_from = -1;  // attack tests: see RoundsConfig
 };
 
 template <Stage S, Transport T, Registry R, CodecTable Codecs>
@@ -450,6 +451,7 @@ class Peer {
     c.checkpoint_every_steps = config_.checkpoint_every_steps;
     c.test_die_after_allreduce_sends = config_.test_die_after_allreduce_sends;
     c.test_contribution_scale = config_.test_contribution_scale;
+    c.test_forge_reduced_part_from = config_.test_forge_reduced_part_from;
     c.speaks_for = config_.speaks_for;
     return c;
   }

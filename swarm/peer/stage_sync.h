@@ -70,6 +70,7 @@ struct StageSyncConfig {
   int64_t checkpoint_every_steps = 0;
   int64_t test_die_after_allreduce_sends = 0;
   ContributionScale test_contribution_scale;  // attack tests: a Byzantine stage-mate
+  int64_t test_forge_reduced_part_from = -1;  // attack tests: see RoundsConfig
   // Whether a connection may send round messages as a peer id; unset, all may.
   SpeaksFor speaks_for;
 };
@@ -232,6 +233,7 @@ class StageSync {
     c.max_members = config_.all_reduce.max_members;
     c.max_early_values = 2 * std::max<int64_t>(replica_->parameter_count(), 1);
     c.gradient_values = replica_->parameter_count();
+    c.test_forge_reduced_part_from = config_.test_forge_reduced_part_from;
     return c;
   }
 

@@ -1,7 +1,8 @@
 // A Byzantine stage-mate, over real processes and sockets (the swarm, the windows and
 // the checks: hostile_rounds_fixture.h). Stage 0 has three peers; from global step
-// kFromStep, p02 sends its rounds its gradient scaled x100, or sign-flipped, and
-// applies their averages as an honest peer would. Rounds of three reduce by centered
+// kFromStep, p02 sends its rounds its gradient scaled x100, or sign-flipped, or
+// hands its mates a forged reduced part besides its contribution, and applies the
+// rounds' averages as an honest peer would. Rounds of three reduce by centered
 // clipping (robust_mean.h), so its numbers move the average by a bounded step, and
 // the honest members ban it on their judgements of its contributions
 // (ban_policy.h). Judged: the ban on both honest peers, stage 0's rate before,
@@ -38,11 +39,9 @@ std::vector<int64_t> bans_counted(HostileRun& run) {
   return out;
 }
 
-void byzantine_stage_mate(const char* name, const char* factor) {
+void byzantine_stage_mate(const char* name, const std::vector<std::string>& byzantine_args) {
   const RunEnd& clean = clean_run();
-  HostileRun run(name, kStagePeers, 0,
-                 {{kByzantine,
-                   {"--test-contribution-scale", factor, "--test-contribution-scale-from", std::to_string(kFromStep)}}});
+  HostileRun run(name, kStagePeers, 0, {{kByzantine, byzantine_args}});
   std::erase_if(run.watched, [](const std::string& id) { return id.rfind(kByzantine, 0) == 0; });
   REQUIRE(run.watched.size() == kStagePeers - 1);
 
@@ -68,12 +67,23 @@ void byzantine_stage_mate(const char* name, const char* factor) {
   finish_and_judge(run, before, during, after, clean, kLossFraction * clean.validation_loss);
 }
 
+std::vector<std::string> scaled(const char* factor) {
+  return {"--test-contribution-scale", factor, "--test-contribution-scale-from", std::to_string(kFromStep)};
+}
+
 TEST_CASE("a stage-mate that sends its gradient x100 moves no average far, is banned, and the training holds") {
-  byzantine_stage_mate("hostile-averaging-x100", "100");
+  byzantine_stage_mate("hostile-averaging-x100", scaled("100"));
 }
 
 TEST_CASE("a stage-mate that sends its gradient sign-flipped is banned, and the training holds") {
-  byzantine_stage_mate("hostile-averaging-flip", "-1");
+  byzantine_stage_mate("hostile-averaging-flip", scaled("-1"));
+}
+
+// Its honest contribution, and a "reduced" part of junk to each mate: a round of
+// three has no reduced parts, so each is refused and its sender banned at once.
+TEST_CASE("a stage-mate that hands its round a forged reduced part is banned, and the training holds") {
+  byzantine_stage_mate("hostile-averaging-reduced",
+                       {"--test-forge-reduced-part-from", std::to_string(kFromStep)});
 }
 
 }  // namespace

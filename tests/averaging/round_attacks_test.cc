@@ -1,7 +1,10 @@
-// StageRounds' early parts (contributions to its leader's round that come before
-// this peer's BEGIN) under a flood from identities minted in the registry: any
-// member of a swarm can publish records under fresh ids, so what a peer holds
-// must be bounded by its configuration, not by how many stage-mates it sees.
+// StageRounds under a member's attacks on its round protocol:
+//   - early parts (contributions to its leader's round that come before this peer's
+//     BEGIN) from identities minted in the registry: any member of a swarm can
+//     publish records under fresh ids, so what a peer holds must be bounded by its
+//     configuration, not by how many stage-mates it sees;
+//   - JOINs from identities with no record in the stage's view;
+//   - a reduced part in a robust round, where no member reduces for another.
 // Peers are stepped by hand on a fake clock; messages go through the real encode,
 // decode and parse.
 #include <doctest/doctest.h>
@@ -117,13 +120,18 @@ RoundMessage whole_part(const std::string& sender, const std::string& leader, co
 // hand each other what their outboxes hold, until the outboxes are empty.
 class Stage {
  public:
-  explicit Stage(const std::vector<std::string>& ids) {
+  explicit Stage(const std::vector<std::string>& ids, const std::function<void(RoundsConfig&)>& adjust = {}) {
     for (const auto& id : ids) {
-      addresses_.push_back(config_for(id).address);
+      RoundsConfig config = config_for(id);
+      if (adjust) adjust(config);
+      addresses_.push_back(config.address);
       replicas_.push_back(std::make_unique<TinyReplica>());
-      rounds_.push_back(std::make_unique<StageRounds>(config_for(id), replicas_.back().get(), RoundCodec::raw(), 0));
+      rounds_.push_back(std::make_unique<StageRounds>(config, replicas_.back().get(), RoundCodec::raw(), 0));
     }
   }
+  // Sees every message delivered, after its receiver took it: an attacker's hand.
+  std::function<void(const RoundMessage&, StageRounds& to, double now)> tap;
+
   TinyReplica& replica(size_t i) { return *replicas_[i]; }
   StageRounds& rounds(size_t i) { return *rounds_[i]; }
   double now() const { return now_; }
@@ -161,7 +169,9 @@ class Stage {
   Status deliver(StageRounds& to, const Outgoing& out) {
     SWARM_ASSIGN_OR_RETURN(wire::DecodedMessage decoded, wire::decode_message(out.frames.views(), wire::Limits{}));
     SWARM_ASSIGN_OR_RETURN(RoundMessage m, parse_round_message(decoded, RoundCodec::raw(), RoundMessageLimits{}));
-    return to.receive(m, now_);
+    Status status = to.receive(m, now_);
+    if (tap) tap(m, to, now_);
+    return status;
   }
 
   StageRounds* find(const std::string& address) {
@@ -276,6 +286,61 @@ TEST_CASE("a JOIN from an identity with no record in the stage's view is refused
   // Once its record is in the view, it is a stage-mate like any other.
   observe(true);
   CHECK(join_from("x1").is_ok());
+}
+
+// A member of a round of three that hands the others a "reduced" part: in a robust
+// round nobody reduces for another, so the part is refused and its sender banned by
+// every member it reached, at once (a wrong average it could not pass off anyway).
+TEST_CASE("a reduced part in a round of three is refused, and its sender banned") {
+  Stage stage({"p0", "p1", "p2"});
+  int forged = 0, refused = 0;
+  stage.tap = [&](const RoundMessage& m, StageRounds& to, double now) {
+    if (m.sender != "p2" || m.op != RoundOp::part || m.phase != 0) return;
+    RoundMessage reduced = m;  // its own contribution, passed off as the average
+    reduced.phase = 1;
+    for (float& v : reduced.values) v *= 100;
+    ++forged;
+    refused += !to.receive(reduced, now).is_ok();
+  };
+  for (size_t i = 0; i < 3; ++i) stage.replica(i).add_samples(16);
+  stage.run_until([&] { return stage.rounds(0).bans().count("p2") && stage.rounds(1).bans().count("p2"); }, 5);
+  MESSAGE(forged, " reduced parts forged, ", refused, " refused");
+  CHECK(forged > 0);
+  CHECK(refused == forged);
+  for (size_t i : {0, 1}) {
+    INFO("p" << i);
+    REQUIRE(stage.rounds(i).bans().count("p2") == 1);
+    CHECK(stage.rounds(i).bans().at("p2").find("reduced part") != std::string::npos);
+    CHECK(stage.rounds(i).counters().banned == 1);
+    CHECK(stage.rounds(i).counters().refused_bad_part >= 1);
+  }
+  // The honest two go on stepping together without it.
+  const int64_t step = stage.replica(0).step();
+  for (size_t i : {0, 1}) stage.replica(i).add_samples(16);
+  stage.run_until([&] { return stage.replica(0).step() > step && stage.replica(1).step() > step; }, 10);
+  CHECK(stage.replica(0).step() > step);
+  CHECK(stage.replica(0).params_hash() == stage.replica(1).params_hash());
+}
+
+// The same, through the attack tests' hook: the peer sends its forged parts when
+// its group starts, before some of its mates have the BEGIN.
+TEST_CASE("a stage-mate whose hook forges reduced parts is banned by both honest members") {
+  Stage stage({"p0", "p1", "p2"}, [](RoundsConfig& c) {
+    if (c.peer_id == "p2") c.test_forge_reduced_part_from = 0;
+  });
+  int phase1 = 0, parts = 0;
+  stage.tap = [&](const RoundMessage& m, StageRounds&, double) {
+    if (m.sender == "p2" && m.op == RoundOp::part) ++(m.phase == 1 ? phase1 : parts);
+  };
+  for (size_t i = 0; i < 3; ++i) stage.replica(i).add_samples(16);
+  stage.run_until([&] { return stage.rounds(0).bans().count("p2") && stage.rounds(1).bans().count("p2"); }, 5);
+  MESSAGE("p2 sent ", parts, " contributions and ", phase1, " reduced parts");
+  CHECK(phase1 >= 2);
+  for (size_t i : {0, 1}) {
+    INFO("p" << i << " counters: refused_no_begin " << stage.rounds(i).counters().refused_no_begin
+              << ", refused_bad_part " << stage.rounds(i).counters().refused_bad_part);
+    CHECK(stage.rounds(i).bans().count("p2") == 1);
+  }
 }
 
 }  // namespace
