@@ -108,6 +108,7 @@ struct LocalSwarmReport {
   int64_t microbatches_abandoned = 0;
   int64_t retries = 0;
   int64_t bad_records = 0;  // registry records the trainers refused (malformed, out of range, another stage)
+  int64_t refused_waits = 0;  // peers' reported waits the trainers did not believe (longer than the round trip)
   std::vector<int64_t> global_steps;  // per stage, the newest its committed membership vouched for
   int64_t replica_mismatches = 0;     // (stage, step) pairs whose replicas' hashes differed
   // (stage, peer, step) progress records ahead of their stage's vouched step that no
