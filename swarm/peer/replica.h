@@ -58,6 +58,9 @@ struct BackwardTicket {
   // Runs after the compute, before the deadline check: an emulated slow machine
   // sleeps out its extra time here, so the check sees when its work really ends.
   std::function<void()> after_compute;
+  // Runs once the backward has the stage to itself, past every wait (the lock, a
+  // round's step): what came before is not this peer's speed.
+  std::function<void()> before_compute;
 };
 
 namespace detail {
@@ -375,6 +378,7 @@ class Replica {
       return already_exists("microbatch {:016x} was already accumulated by this replica", ticket.microbatch_id);
     }
     if (Status timely = expired(ticket); !timely.is_ok()) return timely;
+    if (ticket.before_compute) ticket.before_compute();
     SWARM_RETURN_IF_ERROR(save_gradients());  // refused before any compute
     auto result = compute();
     if (ticket.after_compute) ticket.after_compute();

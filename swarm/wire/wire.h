@@ -32,7 +32,7 @@
 
 namespace swarm::wire {
 
-constexpr uint16_t kWireVersion = 3;  // 2: reply_codec; 3: microbatch_id, deadline_unix_ms
+constexpr uint16_t kWireVersion = 4;  // 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us
 
 enum class MessageKind : uint8_t {
   forward = 0,
@@ -118,13 +118,19 @@ struct MessageHeader {
   // milliseconds since the Unix epoch (it crosses processes; 0: none). Never negative.
   uint64_t microbatch_id = 0;
   int64_t deadline_unix_ms = 0;
+  // Stage replies: microseconds the peer held the request without serving it (a
+  // forward hold, a round's step, requests ahead of it at the stage). Such waits
+  // cost a fast peer as long as a slow one, so a trainer that routes by speed
+  // takes them out of the round trip, bounded, since it is the peer's word
+  // (swarm/trainer/serving_time.h).
+  uint32_t waited_us = 0;
   std::string error_text;
   std::vector<TensorHeader> tensors;
 
   template <class Archive>
   void save(Archive& archive) const {
     archive(version, static_cast<uint8_t>(kind), stage, request_id, error_code, reply_codec);
-    archive(microbatch_id, deadline_unix_ms);
+    archive(microbatch_id, deadline_unix_ms, waited_us);
     archive(static_cast<uint32_t>(error_text.size()));
     archive(cereal::binary_data(error_text.data(), error_text.size()));
     archive(static_cast<uint32_t>(tensors.size()));
@@ -138,7 +144,7 @@ struct MessageHeader {
     if (version != kWireVersion) return;
     uint8_t kind_code = 0;
     archive(kind_code, stage, request_id, error_code, reply_codec);
-    archive(microbatch_id, deadline_unix_ms);
+    archive(microbatch_id, deadline_unix_ms, waited_us);
     kind = static_cast<MessageKind>(kind_code);  // range-checked by the decoder
     uint32_t text_size = 0;
     archive(text_size);

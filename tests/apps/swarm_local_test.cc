@@ -3,6 +3,7 @@
 // retries, never a microbatch; and stochastic wiring gives a 2x faster peer
 // process 2/3 of the stage's work. Reads the run's metrics.jsonl.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -330,9 +331,11 @@ TEST_CASE("--resume of a directory without a run is a clear error") {
 
 TEST_CASE("over real processes, a 2x faster peer serves 2/3 of its stage's work, within 10%") {
   const fs::path dir = temp_dir("routing");
-  // The router measures round trips, queueing included: with 4 microbatches in
-  // flight the busier fast peer's queue makes it look slower (share ~0.63), with
-  // 1 the sleeps' overshoot favours it (~0.70). 2 in flight sits between.
+  // The router measures a call by its round trip less its queueing behind the
+  // trainer's earlier calls and the waits the peer reports (serving_time.h).
+  // Whole round trips held --forward-hold and --round-wait, as long on the fast
+  // peer as on the slow one: the share was 0.53. Measured since: 0.65 to 0.66
+  // with 1, 2 or 4 in flight.
   Run run = run_swarm(fmt::format("{} --in-flight 2 --stages 2 --peers-per-stage 2 --slow-peer 0:2 "
                                   "--emulated-cost 0.001 --time-limit 20",
                                   kTinyModel),
@@ -350,7 +353,10 @@ TEST_CASE("over real processes, a 2x faster peer serves 2/3 of its stage's work,
   const double fast = static_cast<double>(served["s0p1"]);
   const double share = fast / (fast + slow);
   MESSAGE("fast peer share over processes: " << share << " (" << fast << " of " << fast + slow << ")");
-  CHECK(share == doctest::Approx(2.0 / 3.0).epsilon(0.10 / (2.0 / 3.0)));
+  // "Within 10%": of the ideal share, relative; Approx's default scale once widened it to [0.42, 0.92].
+  constexpr double kIdeal = 2.0 / 3.0;
+  constexpr double kRelativeTolerance = 0.10;
+  CHECK(std::abs(share - kIdeal) <= kRelativeTolerance * kIdeal);
 }
 
 }  // namespace

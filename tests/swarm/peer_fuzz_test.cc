@@ -60,6 +60,7 @@
 #include "swarm/averaging/progress.h"
 #include "swarm/averaging/state_transfer.h"
 #include "swarm/compression/codecs.h"
+#include "swarm/core/random.h"
 #include "swarm/peer/peer.h"
 #include "swarm/protocol/stage_protocol.h"
 #include "swarm/protocol/tensor_codec.h"
@@ -417,7 +418,13 @@ class Campaign {
  public:
   explicit Campaign(Fuzz& fuzz) : fuzz_(fuzz) {}
 
-  uint64_t fresh_microbatch() { return next_microbatch_++; }
+  // Spread over 64 bits, not counted up: flipping a bit of one honest id must not
+  // forge a later one (a header mutation turned 0x11d466 into 0x11dc66, which the
+  // peer then accumulated, and the honest backward of that id failed as a duplicate).
+  uint64_t fresh_microbatch() {
+    const uint64_t id = SplitMix64(next_microbatch_++).next();
+    return id != 0 ? id : 1;
+  }
 
   Honest forward(int stage) {
     const int64_t batch = 1 + static_cast<int64_t>(fuzz_.below(8));
