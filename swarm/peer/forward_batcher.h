@@ -30,6 +30,7 @@ namespace swarm {
 struct ComputeSpan {
   std::chrono::steady_clock::time_point began;
   double seconds = 0;
+  double held = 0;  // how long the replica held the batch for a round (Replica::exclusive)
 };
 
 template <typename ReplicaT>
@@ -45,11 +46,14 @@ class ForwardBatcher {
       std::lock_guard lock(queue_mu_);
       queue_.push_back(&me);
     }
-    replica.exclusive([&](auto& stage) {
-      std::vector<Pending*> batch = take_batch();
-      if (!batch.empty()) run(stage, batch);
-      return 0;
-    });
+    double held = 0;
+    replica.exclusive(
+        [&](auto& stage) {
+          std::vector<Pending*> batch = take_batch();
+          if (!batch.empty()) run(stage, batch, held);
+          return 0;
+        },
+        &held);
     // The future's wait orders the runner's write of me.span before this read.
     Result<Tensor> out = result.get();
     if (span != nullptr) *span = me.span;
@@ -83,18 +87,18 @@ class ForwardBatcher {
   }
 
   template <typename Stage>
-  void run(Stage& stage, const std::vector<Pending*>& batch) {
+  void run(Stage& stage, const std::vector<Pending*>& batch, double held) {
     on_stage_call_();
     const auto began = std::chrono::steady_clock::now();
     if (batch.size() == 1) {
       Result<Tensor> output = stage.forward(*batch[0]->input, nullptr);
-      record_spans(batch, began);
+      record_spans(batch, began, held);
       batch[0]->done.set_value(std::move(output));
       return;
     }
     Result<Tensor> stacked = stack(batch);
     Result<Tensor> output = stacked.is_ok() ? stage.forward(*stacked, nullptr) : Result<Tensor>(stacked.status());
-    record_spans(batch, began);
+    record_spans(batch, began, held);
     if (!output.is_ok()) {
       for (auto* p : batch) p->done.set_value(output.status());
       return;
@@ -102,13 +106,14 @@ class ForwardBatcher {
     split(*output, batch);
   }
 
-  static void record_spans(const std::vector<Pending*>& batch, std::chrono::steady_clock::time_point began) {
+  static void record_spans(const std::vector<Pending*>& batch, std::chrono::steady_clock::time_point began,
+                           double held) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     int64_t rows = 0;
     for (auto* p : batch) rows += rows_of(*p);
     for (auto* p : batch) {
       const double share = rows > 0 ? static_cast<double>(rows_of(*p)) / static_cast<double>(rows) : 1.0;
-      p->span = {began, seconds * share};
+      p->span = {began, seconds * share, held};
     }
   }
 

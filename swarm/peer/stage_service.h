@@ -9,10 +9,10 @@
 // The replica is reached through a shared pointer that set_replica swaps, so the
 // next request already runs on the new one. A stage that does not compute the loss
 // takes a backward only for a forward it served the same caller with the same
-// input (ForwardLedger), and only once. A reply carries how long its request
-// waited for the replica (a forward hold, a round's step, requests ahead of it),
-// and the throughput the peer announces counts only the rest: such waits are no
-// measure of the peer's speed.
+// input (ForwardLedger), and only once. A reply carries how long the replica held
+// its request for a round (a forward hold, a round's step), and the throughput the
+// peer announces counts only the compute: neither holds nor queueing measure the
+// peer's speed, though queueing, its load, stays in the round trip a trainer sees.
 //
 //   StageService<S, Codecs> service(options, replica, &stats, hooks);
 //   wire::Frames reply = service.handle(from, decoded_request);
@@ -191,10 +191,12 @@ class StageService {
 
   using SteadyClock = std::chrono::steady_clock;
 
-  // Where a request's time at the replica went. Waiting for its turn (a forward
-  // hold, a round's step, requests ahead of it) costs a fast peer as long as a
-  // slow one: the reply reports it, so trainers can take it out of the round trip,
-  // and the throughput this peer announces counts only the serving.
+  // Where a request's time at the replica went. A round's holds (a forward held for
+  // pending gradients, any request for a round's step) cost a fast peer as long as a
+  // slow one: the reply reports them, so trainers can take them out of the round
+  // trip, and the throughput this peer announces counts only the serving. Time
+  // queued behind other requests is this peer's load, which a router must see: it
+  // is not reported (a trainer takes out its own queueing itself).
   struct ServiceTime {
     double waited = 0;
     double served = 0;  // compute, with an emulated machine's extra time
@@ -239,9 +241,9 @@ class StageService {
     SWARM_ASSIGN_OR_RETURN(TensorView grad_output, protocol::float_view<Codecs>(*call.grad_output, &grad_storage));
     const auto entered = SteadyClock::now();
     SteadyClock::time_point began = entered;
-    const auto start_compute = [&] {
+    const auto start_compute = [&](double held) {
       began = SteadyClock::now();
-      time->waited = seconds_between(entered, began);
+      time->waited = std::min(held, seconds_between(entered, began));
     };
     const auto end_compute = [&] {
       time->served = emulate(seconds_between(began, SteadyClock::now()), call.batch, true);
@@ -272,16 +274,19 @@ class StageService {
     if (targets == nullptr && options_.max_batch > 1) {
       ComputeSpan span;
       Result<Tensor> out = batcher_.forward(replica, input, &span);
-      *time = {seconds_between(entered, span.began), span.seconds};
+      *time = {std::min(span.held, seconds_between(entered, span.began)), span.seconds};
       return out;
     }
     stats_->update([](PeerStats& s) { ++s.forward_batches; });
-    return replica.exclusive([&](auto& stage) {
-      const auto began = SteadyClock::now();
-      Result<Tensor> out = stage.forward(input, targets);
-      *time = {seconds_between(entered, began), seconds_between(began, SteadyClock::now())};
-      return out;
-    });
+    double held = 0;
+    return replica.exclusive(
+        [&](auto& stage) {
+          const auto began = SteadyClock::now();
+          Result<Tensor> out = stage.forward(input, targets);
+          *time = {std::min(held, seconds_between(entered, began)), seconds_between(began, SteadyClock::now())};
+          return out;
+        },
+        &held);
   }
 
   // Sleeps out an emulated machine's extra time beyond `computed` seconds of real

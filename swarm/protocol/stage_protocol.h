@@ -160,7 +160,7 @@ inline constexpr std::pair<std::string_view, int64_t SampleLedger::*> kSampleLed
 struct StageReply {
   std::optional<wire::EncodedTensor> tensor;  // output or input gradient
   std::optional<float> loss;
-  // The peer's account of the time it held the request without serving it
+  // The peer's account of the time it held the request for a round
   // (MessageHeader::waited_us): from an untrusted peer, to be bounded by the caller.
   uint32_t waited_us = 0;
 };

@@ -118,11 +118,11 @@ struct MessageHeader {
   // milliseconds since the Unix epoch (it crosses processes; 0: none). Never negative.
   uint64_t microbatch_id = 0;
   int64_t deadline_unix_ms = 0;
-  // Stage replies: microseconds the peer held the request without serving it (a
-  // forward hold, a round's step, requests ahead of it at the stage). Such waits
-  // cost a fast peer as long as a slow one, so a trainer that routes by speed
-  // takes them out of the round trip, bounded, since it is the peer's word
-  // (swarm/trainer/serving_time.h).
+  // Stage replies: microseconds the peer held the request for a round (a forward
+  // hold, a round's step). Such holds cost a fast peer as long as a slow one, so a
+  // trainer that routes by speed takes them out of the round trip, bounded, since
+  // it is the peer's word (swarm/trainer/serving_time.h). Time queued behind other
+  // requests is the peer's load, not reported.
   uint32_t waited_us = 0;
   std::string error_text;
   std::vector<TensorHeader> tensors;
