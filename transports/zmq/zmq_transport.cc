@@ -1,6 +1,7 @@
 #include "transports/zmq/zmq_transport.h"
 
 #include "transports/zmq/connection_guard.h"
+#include "transports/zmq/fair_queue.h"
 
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -141,7 +142,7 @@ struct ZmqServer::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<Request> queue;
+  FairQueue<Request> queue;  // by caller (fair_queue.h)
   RequestHandler handler;
   bool serving = false;
   // With one worker the I/O thread runs the handler itself: requests are
@@ -215,12 +216,15 @@ struct ZmqServer::Impl {
 
   // Requests that arrived before serve() in inline mode.
   void drain_queue_inline() {
-    std::deque<Request> waiting;
+    FairQueue<Request> waiting;
     {
       std::lock_guard lock(mu);
-      waiting.swap(queue);
+      std::swap(waiting, queue);
     }
-    for (Request& request : waiting) answer_inline(request);
+    while (!waiting.empty()) {
+      Request request = waiting.pop();
+      answer_inline(request);
+    }
   }
 
   void answer_inline(Request& request) { reply_from_io_thread(request, run_handler(request)); }
@@ -237,7 +241,8 @@ struct ZmqServer::Impl {
     {
       std::lock_guard lock(mu);
       if (queue.size() >= static_cast<size_t>(options.max_queued_requests)) return false;
-      queue.push_back(std::move(request));
+      const std::string caller = request.from.id;
+      queue.push(caller, std::move(request));
     }
     cv.notify_one();
     return true;
@@ -310,8 +315,7 @@ struct ZmqServer::Impl {
         std::unique_lock lock(mu);
         cv.wait(lock, [&] { return stopping || !queue.empty(); });
         if (stopping) return;
-        request = std::move(queue.front());
-        queue.pop_front();
+        request = queue.pop();
       }
       wire::Frames reply = run_handler(request);
       std::vector<zmq::message_t> head;

@@ -4,10 +4,12 @@
 // honest clients are served before, during and after.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <mutex>
 #include <future>
 #include <string>
 #include <thread>
@@ -202,6 +204,47 @@ TEST_CASE("a flood that fills the worker queue is answered busy at once; queued 
   CHECK(after->parts[0] == "after");
   CHECK(server.busy_replies() == kFlood);
   CHECK(entered == kWorkers + kQueued + 1);
+}
+
+// Before: the server drained its socket into one first-come queue, so another
+// caller's request waited behind the whole flood (entered 53rd of 53 here).
+TEST_CASE("a caller's flood of queued requests delays another caller by one request, not by the flood") {
+  constexpr int kWorkers = 2, kFlood = 50;
+  Gate gate;
+  std::mutex mu;
+  std::vector<std::string> entered;  // the order requests reached the handler
+  ZmqServer server = bind_server(server_options(kWorkers));
+  REQUIRE(server.serve([&](const PeerIdentity&, wire::Frames f) {
+    {
+      std::lock_guard lock(mu);
+      entered.emplace_back(f.parts[0].view());
+    }
+    gate.wait();
+    return f;
+  }).is_ok());
+  auto count_entered = [&] {
+    std::lock_guard lock(mu);
+    return entered.size();
+  };
+  ZmqClient flooder = connect_to(server.address());
+  ZmqClient other = connect_to(server.address());
+  std::vector<Call> calls;
+  for (int i = 0; i < kWorkers; ++i) calls.push_back(flooder.call(wire::Frames{{fmt::format("flood {}", i)}}, in(30s)));
+  REQUIRE(wait_for([&] { return count_entered() == kWorkers; }));
+  for (int i = kWorkers; i < kWorkers + kFlood; ++i) {
+    calls.push_back(flooder.call(wire::Frames{{fmt::format("flood {}", i)}}, in(30s)));
+  }
+  // The flood is queued at the server before the other caller's request arrives.
+  REQUIRE(wait_for([&] { return server.counters().messages_received.load() == kWorkers + kFlood; }));
+  calls.push_back(other.call(wire::Frames{{std::string("other")}}, in(30s)));
+  REQUIRE(wait_for([&] { return server.counters().messages_received.load() == kWorkers + kFlood + 1; }));
+  gate.open();
+  for (Call& call : calls) CHECK(call.get().is_ok());
+  std::lock_guard lock(mu);
+  REQUIRE(entered.size() == kWorkers + kFlood + 1);
+  const auto at = std::find(entered.begin(), entered.end(), "other") - entered.begin();
+  MESSAGE("the other caller's request was number " << at + 1 << " of " << entered.size() << " to enter the handler");
+  CHECK(at <= kWorkers + 1);  // behind the requests in service and at most one queued flood request
 }
 
 TEST_CASE("resident memory stays bounded while 500 MiB of requests flood a blocked server") {
