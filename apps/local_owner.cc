@@ -31,18 +31,18 @@ std::string LocalOwner::public_hex() const {
   return security::to_hex(owner_.signing_public.data(), owner_.signing_public.size());
 }
 
-Result<std::vector<std::string>> LocalOwner::admit(const std::string& name) const {
+Result<MembershipOptions> LocalOwner::admit(const std::string& name, security::MemberRole role) const {
   const std::string key_path = (fs::path(keys_dir_) / (name + ".key")).string();
   const std::string certificate_path = (fs::path(keys_dir_) / (name + ".cert")).string();
   auto member = fs::exists(key_path) ? security::load_key_file(key_path) : security::create_key_file(key_path);
   if (!member.is_ok()) return member.status();
   const security::Certificate certificate =
-      security::admit(owner_, member->signing_public, security::MemberRole::peer, security::wall_clock_seconds() + kCertificateSeconds);
+      security::admit(owner_, member->signing_public, role, security::wall_clock_seconds() + kCertificateSeconds);
   std::ofstream out(certificate_path, std::ios::trunc);
   if (!(out << security::to_text(certificate) << "\n") || !out.flush()) {
     return permission_denied("cannot write {}", certificate_path);
   }
-  return std::vector<std::string>{"--owner-key", public_hex(), "--identity", key_path, "--certificate", certificate_path};
+  return MembershipOptions{public_hex(), key_path, certificate_path};
 }
 
 }  // namespace swarm::apps

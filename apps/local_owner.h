@@ -1,12 +1,14 @@
 // local_owner: `swarm local --certified` makes the run its swarm's owner: the
 // owner's key in RUN_DIR/keys, and for each peer it starts a key file and a peer
-// certificate (a day long), as `swarm keygen` and `swarm admit` would. Every record
-// the run reads then counts only from the peers it admitted.
+// certificate (a day long), as `swarm keygen` and `swarm admit` would, and a trainer
+// certificate for the run's own trainer. Every record the run reads then counts only
+// from the peers it admitted, and the peers serve only the trainer it admitted.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "apps/swarm_access.h"
 #include "swarm/core/status.h"
 #include "swarm/security/certificate.h"
 
@@ -18,8 +20,9 @@ class LocalOwner {
   static Result<LocalOwner> create(const std::string& keys_dir);
 
   std::string public_hex() const;
-  // `name` admitted as a peer: the flags that make a `swarm peer` that member.
-  Result<std::vector<std::string>> admit(const std::string& name) const;
+  // `name` admitted in `role`: its key file and certificate in the keys folder (made
+  // or renewed), and the owner's key.
+  Result<MembershipOptions> admit(const std::string& name, security::MemberRole role) const;
 
  private:
   std::string keys_dir_;

@@ -256,8 +256,9 @@ class PeerFleet {
     const std::string id = fmt::format("s{}p{}", stage, spawned_++);
     std::vector<std::string> args = peer_args(o_, stage, id, port_, slowdown, resume);
     if (owner_ != nullptr) {
-      SWARM_ASSIGN_OR_RETURN(std::vector<std::string> admitted, owner_->admit(id));
-      args.insert(args.end(), admitted.begin(), admitted.end());
+      SWARM_ASSIGN_OR_RETURN(MembershipOptions admitted, owner_->admit(id, security::MemberRole::peer));
+      args.insert(args.end(), {"--owner-key", admitted.owner_key, "--identity", admitted.identity, "--certificate",
+                               admitted.certificate});
     }
     SWARM_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::spawn(args, log_path(id), kPeerEnvironment));
     processes_.push_back({id, stage, child});
@@ -865,6 +866,7 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
                                                                  const SwarmAccess& access) {
   TrainerConfig config;
   config.client.security = access.client_security();
+  config.credential = access.credential();
   config.num_stages = o.stages;
   config.forward_timeout_seconds = o.forward_timeout_seconds;
   config.backward_timeout_seconds = o.backward_timeout_seconds;
@@ -1040,9 +1042,14 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   }
   if (o.certified) {
     SWARM_ASSIGN_OR_RETURN(owner, LocalOwner::create((fs::path(o.run_dir) / "keys").string()));
-    o.membership.owner_key = owner->public_hex();
+    // This process is the run's trainer: admitted as one, so the peers serve it.
+    SWARM_ASSIGN_OR_RETURN(o.membership, owner->admit("trainer", security::MemberRole::trainer));
   }
   SWARM_ASSIGN_OR_RETURN(SwarmAccess access, SwarmAccess::create(o.host, o.secret, o.membership));
+  if (access.owned() && access.credential().empty()) {
+    return permission_denied("this swarm has an owner, and its peers serve certified callers only: give this trainer "
+                             "--identity and --certificate (swarm admit --role trainer)");
+  }
   // Peer processes inherit the secret through the environment: argv is world-readable.
   if (access.secured() && ::setenv("SWARM_SECRET", access.secret().c_str(), 1) != 0) {
     return internal("cannot pass the secret to the peers");

@@ -99,4 +99,14 @@ std::function<bool(const std::string&, const PeerIdentity&)> SwarmAccess::speaks
   return [](const std::string& peer_id, const PeerIdentity& sender) { return security::speaks_for(peer_id, sender); };
 }
 
+std::function<Status(const PeerIdentity&, std::string_view)> SwarmAccess::admit_caller() const {
+  if (!owned()) return {};
+  const security::SigningKey owner = *credentials_->owner;
+  return [owner](const PeerIdentity& from, std::string_view credential) {
+    return security::check_caller(owner, from, credential, security::wall_clock_seconds());
+  };
+}
+
+std::string SwarmAccess::credential() const { return owned() ? credentials_->certificate : std::string(); }
+
 }  // namespace swarm::apps

@@ -11,6 +11,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "swarm/api/transport.h"
 #include "swarm/core/ids.h"
@@ -53,6 +54,12 @@ class SwarmAccess {
   Result<std::string> peer_id(const std::string& name) const;
   // Checks that a sender is the peer it names; unset in a plaintext swarm.
   std::function<bool(const std::string&, const PeerIdentity&)> speaks_for() const;
+  // A swarm with an owner: admits to a peer's compute only callers whose request
+  // carries a certificate for the key that called (security::check_caller); unset
+  // otherwise.
+  std::function<Status(const PeerIdentity&, std::string_view)> admit_caller() const;
+  // This process's certificate (text) for its requests; empty without one.
+  std::string credential() const;
 
  private:
   std::string host_;

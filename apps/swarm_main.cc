@@ -344,9 +344,9 @@ int main(int argc, char** argv) {
   add_swarm_options(trainer_cmd, &trainer_options);
   trainer_cmd->add_option("--bootstrap", trainer_options.bootstrap, "HOST:PORT of a DHT node of the swarm")->required();
   add_host_option(trainer_cmd, &trainer_options.host);
-  trainer_cmd->add_option("--owner-key", trainer_options.membership.owner_key,
-                          "The swarm owner's public key (hex; default: $SWARM_OWNER_KEY): route only to peers it "
-                          "certified");
+  // A swarm with an owner: its key (route only to the peers it certified), and this
+  // trainer's identity and trainer certificate (peers serve certified callers only).
+  swarm::apps::add_membership_options(trainer_cmd, &trainer_options.membership);
 
   uint16_t bootstrap_port = 0;
   std::string bootstrap_host = "127.0.0.1", bootstrap_secret;

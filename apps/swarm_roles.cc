@@ -158,6 +158,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.server.security = access->server_security();
   config.client.security = access->client_security();
   config.speaks_for = access->speaks_for();
+  config.admit_caller = access->admit_caller();
   config.learning_rate = options.learning_rate;
   config.warmup_steps = options.warmup_steps;
   config.step_every_samples = options.step_every_samples;

@@ -108,6 +108,9 @@ struct PeerConfig {
   // Whether a connection's authenticated identity may send all-reduce parts as a
   // peer id (swarm/averaging/all_reduce.h); unset, every part passes.
   SpeaksFor speaks_for;
+  // Whether a caller may use this peer's compute (a swarm with an owner: certified
+  // callers only); unset, every caller that reached the server may.
+  AdmitCaller admit_caller;
 
   // Adaptive rebalancing, for a peer built with a StageFactory: every period (with
   // jitter) it may move to the stage the pipeline needs most. 0 turns it off.
@@ -419,7 +422,8 @@ class Peer {
               } else if (!global_mode()) {
                 local_step(*parts);
               }
-            }};
+            },
+            config_.admit_caller};
   }
 
   void local_step(StageParts& parts) {
@@ -553,6 +557,7 @@ class Peer {
                                    {"loss_gradient", s.loss_gradient_refused},
                                    {"backward_unbound", s.backward_unbound},
                                    {"backward_input", s.backward_other_input},
+                                   {"callers", s.callers_refused},
                                    {"parts", s.parts_refused},
                                    {"contributions_ignored", s.contributions_ignored},
                                    {"states", s.states_refused},

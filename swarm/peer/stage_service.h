@@ -60,9 +60,14 @@ struct StageServiceOptions {
 };
 
 // What the service asks of the rest of the peer.
+// Whether a caller may use this peer's compute, from the key the transport
+// authenticated and the credential its request carried; unset, everyone may.
+using AdmitCaller = std::function<Status(const PeerIdentity& from, std::string_view credential)>;
+
 struct StageServiceHooks {
   std::function<Status()> can_serve;                 // an error reply while re-syncing or dead
   std::function<void(int64_t samples)> on_backward;  // the sync loop or the local step
+  AdmitCaller admit_caller;                          // a swarm with an owner: certified callers only
 };
 
 template <Stage S, CodecTable Codecs>
@@ -119,6 +124,12 @@ class StageService {
       const bool steering = call.status().code() == StatusCode::permission_denied;
       stats_->update([steering](PeerStats& s) { ++(steering ? s.loss_gradient_refused : s.spec_refused); });
       return error(call.status());
+    }
+    if (hooks_.admit_caller) {
+      if (Status admitted = hooks_.admit_caller(from, call->credential); !admitted.is_ok()) {
+        stats_->update([](PeerStats& s) { ++s.callers_refused; });
+        return error(admitted);
+      }
     }
     // A refusal changed the replica's ledger: wake whoever waits on the stats.
     const auto refused = [&](const Status& status) {

@@ -169,6 +169,7 @@ Result<wire::Frames> encode_request(const StageRequest& request, int stage, Code
   header.reply_codec = static_cast<uint8_t>(reply_codec);
   header.microbatch_id = request.microbatch_id;
   header.deadline_unix_ms = request.deadline_unix_ms;
+  header.credential = request.credential;
   std::vector<wire::EncodedTensor> tensors{request.input};
   if (request.grad_output) tensors.push_back(*request.grad_output);
   if (request.targets) tensors.push_back(*request.targets);
@@ -191,6 +192,7 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   call.request_id = header.request_id;
   call.microbatch_id = header.microbatch_id;
   call.deadline_unix_ms = header.deadline_unix_ms;
+  call.credential = header.credential;
   call.input = &message.tensors[0];
   SWARM_RETURN_IF_ERROR(check_codec(*call.input, spec, TensorRole::input));
   size_t next = 1;

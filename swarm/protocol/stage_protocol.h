@@ -88,6 +88,7 @@ struct StageRequest {
   std::optional<wire::EncodedTensor> targets;      // the last stage only
   uint64_t microbatch_id = 0;                      // never 0 on the wire
   int64_t deadline_unix_ms = 0;                    // never 0 on the wire
+  std::string credential;                          // MessageHeader::credential
 };
 
 // The loss stage's output gradient (d_loss): the protocol fixes it, so a trainer
@@ -118,6 +119,7 @@ struct StageCall {
   const wire::DecodedTensor* targets = nullptr;
   uint64_t microbatch_id = 0;
   int64_t deadline_unix_ms = 0;
+  std::string_view credential;  // into the message, as check_request's tensors
   bool is_backward() const { return kind == wire::MessageKind::backward; }
 };
 

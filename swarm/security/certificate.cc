@@ -110,6 +110,23 @@ Status check_certificate(const Certificate& c, const SigningKey& owner, const Si
   return Status::ok();
 }
 
+Status check_caller(const SigningKey& owner, const PeerIdentity& sender, std::string_view certificate_text,
+                    int64_t now) {
+  if (certificate_text.empty()) {
+    return permission_denied("uncertified caller: this swarm has an owner and the request carries no certificate");
+  }
+  auto certificate = certificate_from_text(certificate_text);
+  if (!certificate.is_ok()) return permission_denied("uncertified caller: {}", certificate.status().message());
+  // The certificate names an Ed25519 key; the transport authenticated its CURVE conversion.
+  auto admitted = fingerprint_of_signing_key(certificate->member);
+  if (!admitted.is_ok() || !speaks_for("caller." + *admitted, sender)) {
+    return permission_denied("uncertified caller: the certificate admits another key than the one that called");
+  }
+  Status valid = check_certificate(*certificate, owner, certificate->member, now);
+  if (!valid.is_ok()) return permission_denied("uncertified caller: {}", valid.message());
+  return Status::ok();
+}
+
 Result<SwarmIdentity> create_key_file(const std::string& path) {
   if (sodium_init() < 0) return internal("libsodium failed to initialize");
   std::array<unsigned char, 32> seed{};

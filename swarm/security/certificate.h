@@ -55,6 +55,13 @@ Result<Certificate> certificate_from_text(std::string_view text);
 Status check_certificate(const Certificate& certificate, const SigningKey& owner, const SigningKey& member,
                          int64_t now);
 
+// Whether a caller may use a peer's compute in the swarm of `owner`: `sender` is
+// the key the transport authenticated ("curve:Z85"), `certificate_text` what the
+// request carried (wire::MessageHeader::credential). It must admit that very key,
+// in either role (a trainer calls; so may a peer), unexpired at `now`.
+Status check_caller(const SigningKey& owner, const PeerIdentity& sender, std::string_view certificate_text,
+                    int64_t now);
+
 // A new key file at `path` (never over an existing file), mode 0600; its identity.
 Result<SwarmIdentity> create_key_file(const std::string& path);
 // The identity in a key file; refused when others may read it.

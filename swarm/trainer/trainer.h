@@ -71,6 +71,9 @@ struct TrainerConfig {
   // serve it for this long.
   double abandon_after_seconds = 60.0;
   ClientOptions client;
+  // A swarm with an owner: this trainer's certificate (text), sent with every stage
+  // request, since peers serve certified callers only. Empty otherwise.
+  std::string credential;
   // Activations travel in this codec, the backward's gradients in gradient_codec
   // (unset: codec); every stage must declare the same two (check_stages).
   CodecId codec = CodecId::blockwise8;
@@ -413,8 +416,9 @@ class Trainer {
   protocol::StageRequest make_request(wire::MessageKind kind, uint64_t microbatch, const wire::EncodedTensor& input,
                                       std::optional<wire::EncodedTensor> grad_output = std::nullopt,
                                       std::optional<wire::EncodedTensor> targets = std::nullopt) {
-    return protocol::StageRequest{kind,      next_request_.fetch_add(1), input, std::move(grad_output),
-                                  std::move(targets), microbatch};
+    return protocol::StageRequest{kind,       next_request_.fetch_add(1), input,
+                                  std::move(grad_output), std::move(targets), microbatch,
+                                  0,          config_.credential};
   }
 
   MicrobatchOutcome abandon(MicrobatchOutcome outcome, int stage, const char* what, const Status& status) {

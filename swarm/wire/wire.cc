@@ -321,6 +321,10 @@ Result<Frames> encode_message_payloads(const MessageHeader& header, std::span<co
     return invalid_argument("error text of {} bytes exceeds the wire format's bound of {}",
                             header.error_text.size(), kMaxWireText);
   }
+  if (header.credential.size() > kMaxWireCredential) {
+    return invalid_argument("a credential of {} bytes exceeds the wire format's bound of {}",
+                            header.credential.size(), kMaxWireCredential);
+  }
   MessageHeader filled = header;
   filled.tensors.clear();
   for (std::size_t i = 0; i < tensors.size(); ++i) {

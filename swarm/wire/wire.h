@@ -32,7 +32,7 @@
 
 namespace swarm::wire {
 
-constexpr uint16_t kWireVersion = 4;  // 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us
+constexpr uint16_t kWireVersion = 5;  // 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us; 5: credential
 
 enum class MessageKind : uint8_t {
   forward = 0,
@@ -67,6 +67,8 @@ constexpr uint64_t kBlockwise4BlockSize = 64;
 constexpr uint32_t kMaxWireTensors = 1024;
 constexpr uint32_t kMaxWireRank = 64;
 constexpr uint32_t kMaxWireText = 64 << 10;
+// A credential is one certificate's text (swarm/security/certificate.h, at most 400).
+constexpr uint32_t kMaxWireCredential = 512;
 
 // The bytes a payload must have; errors on a codec that does not apply to the
 // dtype and on sizes beyond uint64. decode_message also rejects (non_finite) a
@@ -124,6 +126,9 @@ struct MessageHeader {
   // it is the peer's word (swarm/trainer/serving_time.h). Time queued behind other
   // requests is the peer's load, not reported.
   uint32_t waited_us = 0;
+  // Stage requests in a swarm with an owner: the caller's certificate, as text, for
+  // the key the transport authenticated; empty otherwise. Checked by the peer.
+  std::string credential;
   std::string error_text;
   std::vector<TensorHeader> tensors;
 
@@ -131,6 +136,8 @@ struct MessageHeader {
   void save(Archive& archive) const {
     archive(version, static_cast<uint8_t>(kind), stage, request_id, error_code, reply_codec);
     archive(microbatch_id, deadline_unix_ms, waited_us);
+    archive(static_cast<uint32_t>(credential.size()));
+    archive(cereal::binary_data(credential.data(), credential.size()));
     archive(static_cast<uint32_t>(error_text.size()));
     archive(cereal::binary_data(error_text.data(), error_text.size()));
     archive(static_cast<uint32_t>(tensors.size()));
@@ -146,6 +153,11 @@ struct MessageHeader {
     archive(kind_code, stage, request_id, error_code, reply_codec);
     archive(microbatch_id, deadline_unix_ms, waited_us);
     kind = static_cast<MessageKind>(kind_code);  // range-checked by the decoder
+    uint32_t credential_size = 0;
+    archive(credential_size);
+    if (credential_size > kMaxWireCredential) throw cereal::Exception("credential beyond the wire format's bound");
+    credential.resize(credential_size);
+    archive(cereal::binary_data(credential.data(), credential.size()));
     uint32_t text_size = 0;
     archive(text_size);
     if (text_size > kMaxWireText) throw cereal::Exception("error text beyond the wire format's bound");

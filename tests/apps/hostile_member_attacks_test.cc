@@ -111,18 +111,6 @@ int hostile_parts(Attacker& a, const LivePeer& peer, int64_t near_step) {
   return static_cast<int>(parts.size());
 }
 
-protocol::StageRequest forward_of(int64_t rows, uint64_t microbatch_id) {
-  std::vector<int32_t> tokens(static_cast<size_t>(rows * kSeqLen), 65);
-  std::string bytes(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(int32_t));
-  protocol::StageRequest request;
-  request.kind = wire::MessageKind::forward;
-  request.request_id = microbatch_id;
-  request.input = wire::EncodedTensor{DType::i32, CodecId::none, {rows, kSeqLen}, wire::Frame(std::move(bytes))};
-  request.microbatch_id = microbatch_id;
-  request.deadline_unix_ms = protocol::unix_millis_now() + 5000;
-  return request;
-}
-
 int oversized_batch(Attacker& a, const LivePeer& stage0) {
   auto frames = protocol::encode_request(forward_of(4096, 1), 0, CodecId::blockwise8);
   CHECK(is_error_reply(a.call(stage0.compute, must(std::move(frames)))));

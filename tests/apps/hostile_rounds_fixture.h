@@ -167,7 +167,7 @@ struct HostileRun {
   // `stage0_peers` serve stage 0 (p00, p01, ...), two serve stage 1 (p10, p11); the
   // windows and the replica checks watch `watched_stage`. `peer_args`: more flags
   // for some peers, by name (a Byzantine stage-mate's). `owned`: the swarm has an
-  // owner, who admits every peer and the attacker (one certificate each), with
+  // owner, who admits every peer, the trainer and the attacker (one certificate each), with
   // `swarm keygen` and `swarm admit` (owned_swarm.h).
   explicit HostileRun(const std::string& name, int stage0_peers = 2, int watched_stage = 0,
                       const std::map<std::string, std::vector<std::string>>& peer_args = {}, bool owned = false)
@@ -189,7 +189,7 @@ struct HostileRun {
                                        (dir / (peer + ".ckpt")).string(), "--checkpoint-every", "8"};
       args.insert(args.end(), model.begin(), model.end());
       if (owner) {
-        for (auto& flag : owner->peer_flags(peer)) args.push_back(flag);
+        for (auto& flag : owner->member_flags(peer)) args.push_back(flag);
       }
       if (auto more = peer_args.find(peer); more != peer_args.end()) {
         args.insert(args.end(), more->second.begin(), more->second.end());
@@ -207,8 +207,7 @@ struct HostileRun {
                                         "--forward-timeout", "3", "--backward-timeout", "5"};
     trainer.insert(trainer.end(), model.begin(), model.end());
     if (owner) {
-      trainer.push_back("--owner-key");
-      trainer.push_back(owner->public_hex);
+      for (auto& flag : owner->member_flags("trainer", "trainer")) trainer.push_back(flag);
     }
     fs::create_directories(dir / "run");
     trainer_pid = spawn(trainer, dir / "trainer.log");
@@ -394,6 +393,19 @@ struct HostileRun {
     return honest;
   }
 };
+
+// A stage-0 forward of `rows` sequences of one token, as a trainer sends it.
+inline protocol::StageRequest forward_of(int64_t rows, uint64_t microbatch_id) {
+  std::vector<int32_t> tokens(static_cast<size_t>(rows * kSeqLen), 65);
+  std::string bytes(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(int32_t));
+  protocol::StageRequest request;
+  request.kind = wire::MessageKind::forward;
+  request.request_id = microbatch_id;
+  request.input = wire::EncodedTensor{DType::i32, CodecId::none, {rows, kSeqLen}, wire::Frame(std::move(bytes))};
+  request.microbatch_id = microbatch_id;
+  request.deadline_unix_ms = protocol::unix_millis_now() + 5000;
+  return request;
+}
 
 inline void check_rates(const Window& before, const Window& during, const Window& after) {
   for (const Window* w : {&before, &during, &after}) {

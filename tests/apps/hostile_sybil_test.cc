@@ -161,12 +161,24 @@ SybilOutcome attack_with_ten_identities(HostileRun& run) {
   return out;
 }
 
-TEST_CASE("in a swarm with an owner, a member's ten minted identities supply no state, ban nobody, and are refused") {
+TEST_CASE("in a swarm with an owner, a member's ten minted identities supply no state, ban nobody, and are refused; a minted caller is not served") {
   const RunEnd& clean = clean_run();
   HostileRun run("hostile-sybil", 2, 0, {}, /*owned=*/true);
   const SybilOutcome attack = attack_with_ten_identities(run);
   CHECK(attack.refused >= static_cast<uint64_t>(kIdentities));
   CHECK(attack.served == 0);  // no state downloaded from it, no round JOINed there
+  // One more identity, minted by a secret holder, calls a stage-0 peer's compute as a
+  // trainer would: refused and counted, while the certified trainer is served.
+  Attacker minted = Attacker::join(run.port, kSecret);
+  const LivePeer& stage0 = run.peers.at(*run.watched.begin());
+  const int64_t callers_before = refusals_of(*run.attacker, stage0)["callers"];
+  auto reply = minted.call(stage0.compute, hostile::must(protocol::encode_request(forward_of(8, 4242), 0, CodecId::blockwise8)));
+  REQUIRE(reply.is_ok());
+  auto decoded = wire::decode_message(reply->views(), wire::Limits{});
+  REQUIRE(decoded.is_ok());
+  CHECK(decoded->header.kind == wire::MessageKind::error);
+  CHECK(decoded->header.error_code == static_cast<uint16_t>(StatusCode::permission_denied));
+  CHECK(refusals_of(*run.attacker, stage0)["callers"] == callers_before + 1);
   const RunEnd end = run.finish_training();
   const int64_t trainer_refused = registry_records_refused(read_all(run.dir / "trainer.log"));
   MESSAGE("the trainer's registry refused " << trainer_refused << " records");

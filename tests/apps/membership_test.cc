@@ -97,9 +97,14 @@ TEST_CASE("a peer of a swarm with an owner will not start without its own valid 
                                                 kSwarmBinary, owner));
   CHECK(no_secret.exit_code == 1);
   CHECK(no_secret.output.find("need the swarm's --secret") != std::string::npos);
+  // A trainer too: the peers would refuse its every request.
+  const Run trainer = run_command(fmt::format("SWARM_SECRET=s {} trainer --bootstrap 127.0.0.1:9 --owner-key {} --run-dir {} 2>&1",
+                                              kSwarmBinary, owner, (dir / "trainer-run").string()));
+  CHECK(trainer.exit_code != 0);
+  CHECK(trainer.output.find("serve certified callers only") != std::string::npos);
 }
 
-TEST_CASE("swarm local --certified admits each peer it starts, and every record it reads is certified") {
+TEST_CASE("swarm local --certified admits each peer it starts and its trainer, and every record it reads is certified") {
   const fs::path dir = temp_dir("membership-local");
   const Run run = run_swarm(
       "--secret membership-test --certified --d-model 32 --layers 2 --heads 2 --seq-len 32 --steps 30 "
@@ -124,7 +129,7 @@ TEST_CASE("swarm local --certified admits each peer it starts, and every record 
     CHECK(security::check_certificate(*certificate, owner->signing_public, member->signing_public, now_seconds()).is_ok());
     ++admitted;
   }
-  CHECK(admitted == 4);
+  CHECK(admitted == 5);  // four peers and the run's trainer
   const Run plain = run_command(fmt::format("env -u SWARM_SECRET {} local --certified --steps 1 --run-dir {} 2>&1",
                                             kSwarmBinary, (dir / "plain").string()));
   CHECK(plain.exit_code != 0);

@@ -2,7 +2,8 @@
 // key file and a certificate, made by the real `swarm keygen` and `swarm admit`.
 //
 //   OwnedSwarm owner(dir / "keys");
-//   args += owner.peer_flags("p00");  // --owner-key, --identity, --certificate
+//   args += owner.member_flags("p00");  // --owner-key, --identity, --certificate
+//   trainer_args += owner.member_flags("trainer", "trainer");
 #pragma once
 
 #include <chrono>
@@ -38,17 +39,17 @@ struct OwnedSwarm {
     return hex;
   }
 
-  // NAME admitted as a peer: its key file and certificate, for a day.
-  void admit(const std::string& name) const {
+  // NAME admitted in ROLE (peer or trainer): its key file and certificate, for a day.
+  void admit(const std::string& name, const std::string& role = "peer") const {
     const std::string member = keygen(name);
-    const Run admitted = run_command(fmt::format("{} admit --owner {} --member {} --role peer --days 1 --out {} 2>&1",
-                                                 kSwarmBinary, (keys / "owner.key").string(), member,
+    const Run admitted = run_command(fmt::format("{} admit --owner {} --member {} --role {} --days 1 --out {} 2>&1",
+                                                 kSwarmBinary, (keys / "owner.key").string(), member, role,
                                                  (keys / (name + ".cert")).string()));
     REQUIRE_MESSAGE(admitted.exit_code == 0, admitted.output);
   }
 
-  std::vector<std::string> peer_flags(const std::string& name) const {
-    admit(name);
+  std::vector<std::string> member_flags(const std::string& name, const std::string& role = "peer") const {
+    admit(name, role);
     return {"--owner-key", public_hex, "--identity", (keys / (name + ".key")).string(), "--certificate",
             (keys / (name + ".cert")).string()};
   }

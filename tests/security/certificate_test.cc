@@ -95,6 +95,27 @@ TEST_CASE("malformed certificate text is refused before anything is checked") {
   }
 }
 
+// The key a ZeroMQ server authenticates for a client of this identity.
+PeerIdentity caller(const SwarmIdentity& identity) { return PeerIdentity{"curve:" + identity.curve.public_key}; }
+
+TEST_CASE("a peer serves a caller whose request carries a certificate for the key that called, and no other") {
+  const SwarmIdentity owner = fresh(), trainer = fresh(), peer = fresh(), stranger = fresh();
+  const std::string as_trainer = to_text(admit(owner, trainer.signing_public, MemberRole::trainer, kNow + 60));
+  const std::string as_peer = to_text(admit(owner, peer.signing_public, MemberRole::peer, kNow + 60));
+  CHECK(check_caller(owner.signing_public, caller(trainer), as_trainer, kNow).is_ok());
+  CHECK(check_caller(owner.signing_public, caller(peer), as_peer, kNow).is_ok());
+  auto refused = [&](const PeerIdentity& from, const std::string& credential, int64_t now = kNow) {
+    return check_caller(owner.signing_public, from, credential, now).code() == StatusCode::permission_denied;
+  };
+  CHECK(refused(caller(stranger), ""));                  // none: a secret holder it never admitted
+  CHECK(refused(caller(stranger), as_trainer));          // another member's certificate, replayed
+  CHECK(refused(caller(trainer), as_trainer, kNow + 60));  // expired
+  CHECK(refused(caller(trainer), "not a certificate"));
+  CHECK(refused(PeerIdentity{"tcp://127.0.0.1"}, as_trainer));  // no authenticated key at all
+  // Admitted by someone else (a member posing as owner): not this swarm's certificate.
+  CHECK(refused(caller(stranger), to_text(admit(trainer, stranger.signing_public, MemberRole::trainer, kNow + 60))));
+}
+
 TEST_CASE("a key file makes the same identity every time, is never overwritten, and must be private") {
   const fs::path path = scratch("member.key");
   auto made = create_key_file(path.string());
