@@ -159,6 +159,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.client.security = access->client_security();
   config.speaks_for = access->speaks_for();
   config.admit_caller = access->admit_caller();
+  config.credential = access->credential();
   config.learning_rate = options.learning_rate;
   config.warmup_steps = options.warmup_steps;
   config.step_every_samples = options.step_every_samples;

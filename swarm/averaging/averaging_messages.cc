@@ -5,7 +5,8 @@
 namespace swarm {
 
 Result<wire::Frames> encode_control_message(wire::MessageKind kind, uint32_t stage, uint64_t request_id,
-                                            const nlohmann::json& meta, const TensorView* payload) {
+                                            const nlohmann::json& meta, const TensorView* payload,
+                                            std::string credential) {
   const std::string text = meta.dump();
   TensorView meta_view(const_cast<char*>(text.data()), DType::u8,
                        Shape{static_cast<int64_t>(text.size())}, Device::cpu);
@@ -13,6 +14,7 @@ Result<wire::Frames> encode_control_message(wire::MessageKind kind, uint32_t sta
   header.kind = kind;
   header.stage = stage;
   header.request_id = request_id;
+  header.credential = std::move(credential);
   std::vector<TensorView> views{meta_view};
   if (payload != nullptr) views.push_back(*payload);
   return wire::encode_message(header, views);

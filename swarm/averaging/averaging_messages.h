@@ -20,9 +20,11 @@
 
 namespace swarm {
 
-// payload may be an empty view (no tensor 1).
+// payload may be an empty view (no tensor 1). credential: the sender's certificate
+// (wire::MessageHeader::credential), where the receiver asks for one.
 Result<wire::Frames> encode_control_message(wire::MessageKind kind, uint32_t stage, uint64_t request_id,
-                                            const nlohmann::json& meta, const TensorView* payload);
+                                            const nlohmann::json& meta, const TensorView* payload,
+                                            std::string credential = {});
 
 // Tensor 0 parsed as a JSON object; invalid_argument otherwise.
 Result<nlohmann::json> control_json(const wire::DecodedMessage& message);

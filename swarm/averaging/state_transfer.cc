@@ -2,8 +2,9 @@
 
 namespace swarm {
 
-Result<wire::Frames> encode_state_request(int stage, const nlohmann::json& meta) {
-  return encode_control_message(wire::MessageKind::state_chunk, static_cast<uint32_t>(stage), 0, meta, nullptr);
+Result<wire::Frames> encode_state_request(int stage, const nlohmann::json& meta, std::string credential) {
+  return encode_control_message(wire::MessageKind::state_chunk, static_cast<uint32_t>(stage), 0, meta, nullptr,
+                                std::move(credential));
 }
 
 wire::Frames StateDonor::handle(const wire::DecodedMessage& request, int stage, int64_t current_step,

@@ -42,6 +42,9 @@ struct StateTransferConfig {
   // A donor claiming a larger state is refused before anything is fetched; the peer
   // derives it from its parameter count (parameters and optimizer state, with slack).
   int64_t max_state_bytes = int64_t{1} << 34;
+  // A swarm with an owner: this peer's certificate, sent with its state requests,
+  // since donors serve certified callers only. Empty otherwise.
+  std::string credential;
 };
 
 // The cap for a stage of `parameters` f32 parameters: the values and two optimizer
@@ -99,7 +102,7 @@ struct StateCheck {
 // invalid_argument naming the first floating-point tensor with a NaN or infinity.
 Status check_finite(const Checkpoint& state);
 
-Result<wire::Frames> encode_state_request(int stage, const nlohmann::json& meta);
+Result<wire::Frames> encode_state_request(int stage, const nlohmann::json& meta, std::string credential = {});
 
 namespace state_transfer_detail {
 
@@ -127,7 +130,7 @@ template <typename Client>
 Result<ReceivedMessage> ask(Client& client, int stage, const nlohmann::json& meta, const StateTransferConfig& config) {
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config.call_timeout_seconds));
-  SWARM_ASSIGN_OR_RETURN(wire::Frames frames, encode_state_request(stage, meta));
+  SWARM_ASSIGN_OR_RETURN(wire::Frames frames, encode_state_request(stage, meta, config.credential));
   return decode_result_reply(client.call(std::move(frames), Clock::now() + timeout).get());
 }
 

@@ -108,9 +108,11 @@ struct PeerConfig {
   // Whether a connection's authenticated identity may send all-reduce parts as a
   // peer id (swarm/averaging/all_reduce.h); unset, every part passes.
   SpeaksFor speaks_for;
-  // Whether a caller may use this peer's compute (a swarm with an owner: certified
-  // callers only); unset, every caller that reached the server may.
+  // Whether a caller may use this peer's compute or download its state (a swarm with
+  // an owner: certified callers only); unset, every caller that reached the server
+  // may. `credential`: this peer's own certificate, for the state requests it sends.
   AdmitCaller admit_caller;
+  std::string credential;
 
   // Adaptive rebalancing, for a peer built with a StageFactory: every period (with
   // jitter) it may move to the stage the pipeline needs most. 0 turns it off.
@@ -446,6 +448,7 @@ class Peer {
     c.all_reduce = config_.all_reduce;
     c.all_reduce.codec = config_.codec;
     c.state_transfer = config_.state_transfer;
+    c.state_transfer.credential = config_.credential;
     // A donor's claimed size is checked against what this stage's state can be.
     c.state_transfer.max_state_bytes =
         std::min(c.state_transfer.max_state_bytes, state_bytes_cap(parts.replica->parameter_count()));
@@ -516,11 +519,20 @@ class Peer {
         return ok(message);
       case wire::MessageKind::state_chunk:
         if (!sync) return error(message, failed_precondition("peer {} does not donate state (solo mode)", config_.peer_id));
+        if (Status admitted = admit(from, message); !admitted.is_ok()) return error(message, admitted);
         return sync->donate_state(message);
       default:
         return error(message, unimplemented("the control server does not serve message kind {}",
                                             static_cast<int>(message.header.kind)));
     }
+  }
+
+  // A swarm with an owner: the caller's certificate, checked and, refused, counted.
+  Status admit(const PeerIdentity& from, const wire::DecodedMessage& message) {
+    if (!config_.admit_caller) return Status::ok();
+    Status admitted = config_.admit_caller(from, message.header.credential);
+    if (!admitted.is_ok()) stats_.update([](PeerStats& s) { ++s.callers_refused; });
+    return admitted;
   }
 
   wire::Frames compute(const PeerIdentity& from, const wire::DecodedMessage& message) {
