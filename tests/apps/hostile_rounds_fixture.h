@@ -268,13 +268,13 @@ struct HostileRun {
     return wait([&] { return watched_step() >= target; }, within);
   }
 
-  // Stage 0's rate over its next kWindowSteps steps, or over kWindowLimit if it
-  // takes fewer (see kWindowSteps).
-  Window measure(const char* name) {
+  // Stage 0's rate over its next `steps` steps, or over kWindowLimit if it takes
+  // fewer (see kWindowSteps).
+  Window measure(const char* name, int64_t steps = kWindowSteps) {
     const auto start = Clock::now();
     const int64_t from = watched_step();
     int64_t to = from;
-    wait([&] { return (to = watched_step()) >= from + kWindowSteps; }, kWindowLimit);
+    wait([&] { return (to = watched_step()) >= from + steps; }, kWindowLimit);
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     // A window that outlasts the trainer's steps would measure a stage with no samples.
     const int64_t trained = trainer_step();
