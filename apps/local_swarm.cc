@@ -953,10 +953,7 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
   report.microbatches_completed = summary.ledger.completed;
   report.microbatches_abandoned = summary.ledger.abandoned;
   report.retries = summary.ledger.retries;
-  for (const auto& trainer : trainers) {
-    report.bad_records += trainer->bad_records();
-    report.refused_waits += trainer->refused_waits();
-  }
+  for (const auto& trainer : trainers) report.bad_records += trainer->bad_records();
   report.global_steps = recorder.replicas().newest(o.stages);
   const WireVolume wire = recorder.pipeline_volume();
   report.wire_bytes = wire.bytes;

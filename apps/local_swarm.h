@@ -117,7 +117,6 @@ struct LocalSwarmReport {
   // another stage) and those the registry node refused to open (unsealed, forged, or
   // in a swarm with an owner uncertified).
   int64_t bad_records = 0;
-  int64_t refused_waits = 0;  // peers' reported waits the trainers did not believe (longer than the round trip)
   std::vector<int64_t> global_steps;  // per stage, the newest its committed membership vouched for
   int64_t replica_mismatches = 0;     // (stage, step) pairs whose replicas' hashes differed
   // (stage, peer, step) progress records ahead of their stage's vouched step that no

@@ -134,10 +134,10 @@ int run_swarm(const swarm::apps::LocalSwarmOptions& options, const char* name) {
   fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs | "
              "unvouched progress records refused: {}\n",
              fmt::join(report->global_steps, ","), report->replica_mismatches, report->unvouched_records);
-  fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | {} registry records refused, "
-             "{} reported waits refused | run directory: {}\n",
+  fmt::print("ledger: {} microbatches started, {} completed, {} abandoned, {} retries | {} registry records refused "
+             "| run directory: {}\n",
              report->microbatches_started, report->microbatches_completed, report->microbatches_abandoned,
-             report->retries, report->bad_records, report->refused_waits, options.run_dir);
+             report->retries, report->bad_records, options.run_dir);
   auto per_value = [](int64_t bytes, int64_t values) { return values > 0 ? double(bytes) / double(values) : 0.0; };
   fmt::print("wire ({}): pipeline {:.4f} bytes/value ({} values) | all-reduce {:.4f} bytes/value ({} values)\n",
              wire_codecs_label(*report), per_value(report->wire_bytes, report->wire_values), report->wire_values,

@@ -7,11 +7,9 @@
 // without targets: the loss of a stacked batch would mix microbatches.
 //
 //   ForwardBatcher<Replica<S>> batcher(max_batch, [&] { stats.update(...); });
-//   ComputeSpan span;
-//   SWARM_ASSIGN_OR_RETURN(Tensor out, batcher.forward(*replica, input, &span));
+//   SWARM_ASSIGN_OR_RETURN(Tensor out, batcher.forward(*replica, input));
 #pragma once
 
-#include <chrono>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -24,47 +22,31 @@
 
 namespace swarm {
 
-// When the stage call that served a request began (before it, the request waited
-// its turn), and the request's share, by rows, of that call's seconds: a stacked
-// batch serves several requests in one call.
-struct ComputeSpan {
-  std::chrono::steady_clock::time_point began;
-  double seconds = 0;
-  double held = 0;  // how long the replica held the batch for a round (Replica::exclusive)
-};
-
 template <typename ReplicaT>
 class ForwardBatcher {
  public:
   ForwardBatcher(int max_batch, std::function<void()> on_stage_call)
       : max_batch_(max_batch), on_stage_call_(std::move(on_stage_call)) {}
 
-  Result<Tensor> forward(ReplicaT& replica, const TensorView& input, ComputeSpan* span = nullptr) {
-    Pending me{&input, {}, {}};
+  Result<Tensor> forward(ReplicaT& replica, const TensorView& input) {
+    Pending me{&input, {}};
     auto result = me.done.get_future();
     {
       std::lock_guard lock(queue_mu_);
       queue_.push_back(&me);
     }
-    double held = 0;
-    replica.exclusive(
-        [&](auto& stage) {
-          std::vector<Pending*> batch = take_batch();
-          if (!batch.empty()) run(stage, batch, held);
-          return 0;
-        },
-        &held);
-    // The future's wait orders the runner's write of me.span before this read.
-    Result<Tensor> out = result.get();
-    if (span != nullptr) *span = me.span;
-    return out;
+    replica.exclusive([&](auto& stage) {
+      std::vector<Pending*> batch = take_batch();
+      if (!batch.empty()) run(stage, batch);
+      return 0;
+    });
+    return result.get();
   }
 
  private:
   struct Pending {
     const TensorView* input;
     std::promise<Result<Tensor>> done;
-    ComputeSpan span;  // written by whichever caller runs its batch, before `done`
   };
 
   static bool stackable(const TensorView& a, const TensorView& b) {
@@ -87,37 +69,20 @@ class ForwardBatcher {
   }
 
   template <typename Stage>
-  void run(Stage& stage, const std::vector<Pending*>& batch, double held) {
+  void run(Stage& stage, const std::vector<Pending*>& batch) {
     on_stage_call_();
-    const auto began = std::chrono::steady_clock::now();
     if (batch.size() == 1) {
-      Result<Tensor> output = stage.forward(*batch[0]->input, nullptr);
-      record_spans(batch, began, held);
-      batch[0]->done.set_value(std::move(output));
+      batch[0]->done.set_value(stage.forward(*batch[0]->input, nullptr));
       return;
     }
     Result<Tensor> stacked = stack(batch);
     Result<Tensor> output = stacked.is_ok() ? stage.forward(*stacked, nullptr) : Result<Tensor>(stacked.status());
-    record_spans(batch, began, held);
     if (!output.is_ok()) {
       for (auto* p : batch) p->done.set_value(output.status());
       return;
     }
     split(*output, batch);
   }
-
-  static void record_spans(const std::vector<Pending*>& batch, std::chrono::steady_clock::time_point began,
-                           double held) {
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-    int64_t rows = 0;
-    for (auto* p : batch) rows += rows_of(*p);
-    for (auto* p : batch) {
-      const double share = rows > 0 ? static_cast<double>(rows_of(*p)) / static_cast<double>(rows) : 1.0;
-      p->span = {began, seconds * share, held};
-    }
-  }
-
-  static int64_t rows_of(const Pending& p) { return p.input->shape().rank() > 0 ? p.input->shape()[0] : 0; }
 
   static Result<Tensor> stack(const std::vector<Pending*>& batch) {
     const TensorView& first = *batch[0]->input;

@@ -58,10 +58,6 @@ struct BackwardTicket {
   // Runs after the compute, before the deadline check: an emulated slow machine
   // sleeps out its extra time here, so the check sees when its work really ends.
   std::function<void()> after_compute;
-  // Runs once the backward has the stage to itself, with the seconds it was held
-  // for a round's step: a wait that says nothing of this peer's speed or load
-  // (the requests it queued behind are its load, and stay in the round trip).
-  std::function<void(double held_seconds)> before_compute;
 };
 
 namespace detail {
@@ -104,13 +100,12 @@ class Replica {
 
   // Runs f(stage) alone with the stage (the batcher stacks requests inside it).
   // A forward, like a backward, waits for a round's step (wait_for_round_step),
-  // and first for a round to take the gradients pending here (hold_forwards_for_pending);
-  // `held_seconds`, if given, gets how long those two held it.
+  // and first for a round to take the gradients pending here (hold_forwards_for_pending).
   template <typename F>
-  auto exclusive(F&& f, double* held_seconds = nullptr) {
+  auto exclusive(F&& f) {
     std::unique_lock lock(mu_);
-    const double held = await_pending_taken(lock) + await_round_step(lock);
-    if (held_seconds != nullptr) *held_seconds = held;
+    await_pending_taken(lock);
+    await_round_step(lock);
     return f(stage_);
   }
 
@@ -356,20 +351,17 @@ class Replica {
     from = 0;
   }
 
-  // The two holds return the seconds they held the caller.
-  double await_pending_taken(std::unique_lock<std::mutex>& lock) {
-    if (!(accumulated_microbatches_ > 0 && !in_round_ && pending_hold_seconds_ > 0)) return 0;
-    const auto from = std::chrono::steady_clock::now();
-    round_step_cv_.wait_for(lock, std::chrono::duration<double>(pending_hold_seconds_),
-                            [&] { return accumulated_microbatches_ == 0 || in_round_; });
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+  void await_pending_taken(std::unique_lock<std::mutex>& lock) {
+    if (accumulated_microbatches_ > 0 && !in_round_ && pending_hold_seconds_ > 0) {
+      round_step_cv_.wait_for(lock, std::chrono::duration<double>(pending_hold_seconds_),
+                              [&] { return accumulated_microbatches_ == 0 || in_round_; });
+    }
   }
 
-  double await_round_step(std::unique_lock<std::mutex>& lock) {
-    if (!(in_round_ && round_wait_seconds_ > 0)) return 0;
-    const auto from = std::chrono::steady_clock::now();
-    round_step_cv_.wait_for(lock, std::chrono::duration<double>(round_wait_seconds_), [&] { return !in_round_; });
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - from).count();
+  void await_round_step(std::unique_lock<std::mutex>& lock) {
+    if (in_round_ && round_wait_seconds_ > 0) {
+      round_step_cv_.wait_for(lock, std::chrono::duration<double>(round_wait_seconds_), [&] { return !in_round_; });
+    }
   }
 
   // The one place a backward reaches the gradients: refused before compute when a
@@ -377,13 +369,12 @@ class Replica {
   template <typename Compute>
   auto accumulate(const BackwardTicket& ticket, Compute compute) -> decltype(compute()) {
     std::unique_lock lock(mu_);
-    const double held = await_round_step(lock);
+    await_round_step(lock);
     if (seen_microbatches_.count(ticket.microbatch_id) != 0) {
       change_ledger([](protocol::SampleLedger& l) { ++l.backward_duplicates_refused; });
       return already_exists("microbatch {:016x} was already accumulated by this replica", ticket.microbatch_id);
     }
     if (Status timely = expired(ticket); !timely.is_ok()) return timely;
-    if (ticket.before_compute) ticket.before_compute(held);
     SWARM_RETURN_IF_ERROR(save_gradients());  // refused before any compute
     auto result = compute();
     if (ticket.after_compute) ticket.after_compute();

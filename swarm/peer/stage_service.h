@@ -9,10 +9,7 @@
 // The replica is reached through a shared pointer that set_replica swaps, so the
 // next request already runs on the new one. A stage that does not compute the loss
 // takes a backward only for a forward it served the same caller with the same
-// input (ForwardLedger), and only once. A reply carries how long the replica held
-// its request for a round (a forward hold, a round's step), and the throughput the
-// peer announces counts only the compute: neither holds nor queueing measure the
-// peer's speed, though queueing, its load, stays in the round trip a trainer sees.
+// input (ForwardLedger), and only once.
 //
 //   StageService<S, Codecs> service(options, replica, &stats, hooks);
 //   wire::Frames reply = service.handle(from, decoded_request);
@@ -51,9 +48,8 @@ struct StageServiceOptions {
   // Sequences one request may carry: a larger one is refused before any compute,
   // so one caller cannot make the peer allocate activations for an absurd batch.
   int64_t max_request_rows = 256;
-  // Emulated machines (tests, routing experiments): a request's compute time becomes
+  // Emulated machines (tests, routing experiments): total time becomes
   // (compute + emulated_seconds_per_sample x samples, x2.5 for backward) x slowdown.
-  // Its waits (a hold, a round's step, requests ahead of it) are not slowed.
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
   ForwardLedgerLimits forwards;
@@ -105,6 +101,7 @@ class StageService {
 
   wire::Frames handle(const PeerIdentity& from, const wire::DecodedMessage& message) {
     InService counted(in_service_);
+    const auto started = std::chrono::steady_clock::now();
     std::shared_ptr<ReplicaT> replica;
     protocol::StageSpec spec;
     {
@@ -144,15 +141,13 @@ class StageService {
     if (bound && call->is_backward()) {
       if (Status ok = check_forward(from, *call, digest); !ok.is_ok()) return refused(ok);
     }
-    ServiceTime time;
-    auto reply = serve(*replica, spec, *call, &time);
+    auto reply = serve(*replica, spec, *call, started);
     if (!reply.is_ok()) return refused(reply.status());
     if (bound) settle_forward(from, *call, digest);
     if (call->is_backward()) hooks_.on_backward(call->batch);
     // A backward slept out its emulated time before its deadline check.
-    if (!call->is_backward()) time.served = emulate(time.served, call->batch, false);
-    record(call->is_backward(), call->batch, time.served);
-    reply->waited_us = protocol::wire_micros(time.waited);
+    const double seconds = call->is_backward() ? elapsed(started) : emulate(started, call->batch, false);
+    record(call->is_backward(), call->batch, seconds);
     auto frames = protocol::encode_reply(call->request_id, spec.stage, *reply);
     return frames.is_ok() ? std::move(frames).value() : error(frames.status());
   }
@@ -200,23 +195,6 @@ class StageService {
     }
   }
 
-  using SteadyClock = std::chrono::steady_clock;
-
-  // Where a request's time at the replica went. A round's holds (a forward held for
-  // pending gradients, any request for a round's step) cost a fast peer as long as a
-  // slow one: the reply reports them, so trainers can take them out of the round
-  // trip, and the throughput this peer announces counts only the serving. Time
-  // queued behind other requests is this peer's load, which a router must see: it
-  // is not reported (a trainer takes out its own queueing itself).
-  struct ServiceTime {
-    double waited = 0;
-    double served = 0;  // compute, with an emulated machine's extra time
-  };
-
-  static double seconds_between(SteadyClock::time_point from, SteadyClock::time_point to) {
-    return std::chrono::duration<double>(to - from).count();
-  }
-
   struct InService {
     std::atomic<int64_t>& count;
     explicit InService(std::atomic<int64_t>& c) : count(c) { ++count; }
@@ -233,13 +211,13 @@ class StageService {
   }
 
   Result<protocol::StageReply> serve(ReplicaT& replica, const protocol::StageSpec& spec,
-                                     const protocol::StageCall& call, ServiceTime* time) {
+                                     const protocol::StageCall& call, std::chrono::steady_clock::time_point started) {
     Tensor input_storage;
     SWARM_ASSIGN_OR_RETURN(TensorView input, protocol::float_view<Codecs>(*call.input, &input_storage));
     const TensorView* targets = call.targets != nullptr ? &call.targets->view : nullptr;
     protocol::StageReply reply;
     if (!call.is_backward()) {
-      SWARM_ASSIGN_OR_RETURN(Tensor out, compute_forward(replica, input, targets, time));
+      SWARM_ASSIGN_OR_RETURN(Tensor out, compute_forward(replica, input, targets));
       if (targets != nullptr) {
         reply.loss = out.data<float>()[0];
         if (!std::isfinite(*reply.loss)) return invalid_argument("the loss overflowed: targets or input out of range");
@@ -250,16 +228,8 @@ class StageService {
     }
     Tensor grad_storage;
     SWARM_ASSIGN_OR_RETURN(TensorView grad_output, protocol::float_view<Codecs>(*call.grad_output, &grad_storage));
-    const auto entered = SteadyClock::now();
-    SteadyClock::time_point began = entered;
-    const auto start_compute = [&](double held) {
-      began = SteadyClock::now();
-      time->waited = std::min(held, seconds_between(entered, began));
-    };
-    const auto end_compute = [&] {
-      time->served = emulate(seconds_between(began, SteadyClock::now()), call.batch, true);
-    };
-    const BackwardTicket ticket{call.microbatch_id, call.deadline_unix_ms, call.batch, end_compute, start_compute};
+    const BackwardTicket ticket{call.microbatch_id, call.deadline_unix_ms, call.batch,
+                                [&] { emulate(started, call.batch, true); }};
     Tensor grad_input;
     if (targets != nullptr) {
       SWARM_ASSIGN_OR_RETURN(auto both, replica.forward_and_backward(input, grad_output, *targets, ticket));
@@ -279,36 +249,23 @@ class StageService {
     return protocol::encode_floats<Codecs>(tensor, protocol::codec_for(spec, role));
   }
 
-  Result<Tensor> compute_forward(ReplicaT& replica, const TensorView& input, const TensorView* targets,
-                                 ServiceTime* time) {
-    const auto entered = SteadyClock::now();
-    if (targets == nullptr && options_.max_batch > 1) {
-      ComputeSpan span;
-      Result<Tensor> out = batcher_.forward(replica, input, &span);
-      *time = {std::min(span.held, seconds_between(entered, span.began)), span.seconds};
-      return out;
-    }
+  Result<Tensor> compute_forward(ReplicaT& replica, const TensorView& input, const TensorView* targets) {
+    if (targets == nullptr && options_.max_batch > 1) return batcher_.forward(replica, input);
     stats_->update([](PeerStats& s) { ++s.forward_batches; });
-    double held = 0;
-    return replica.exclusive(
-        [&](auto& stage) {
-          const auto began = SteadyClock::now();
-          Result<Tensor> out = stage.forward(input, targets);
-          *time = {std::min(held, seconds_between(entered, began)), seconds_between(began, SteadyClock::now())};
-          return out;
-        },
-        &held);
+    return replica.forward(input, targets);
   }
 
-  // Sleeps out an emulated machine's extra time beyond `computed` seconds of real
-  // compute; returns the request's compute seconds on that machine, as slept.
-  double emulate(double computed, int64_t batch, bool backward) const {
+  static double elapsed(std::chrono::steady_clock::time_point started) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  }
+
+  // Sleeps out an emulated machine's extra time; returns the request's total seconds.
+  double emulate(std::chrono::steady_clock::time_point started, int64_t batch, bool backward) const {
+    const double seconds = elapsed(started);
     const double emulated = options_.emulated_seconds_per_sample * batch * (backward ? 2.5 : 1.0);
-    const double extra = emulated * options_.slowdown + computed * std::max(0.0, options_.slowdown - 1.0);
-    if (!(extra > 0)) return computed;
-    const auto slept_from = SteadyClock::now();
-    std::this_thread::sleep_for(std::chrono::duration<double>(extra));
-    return computed + seconds_between(slept_from, SteadyClock::now());
+    const double extra = emulated * options_.slowdown + seconds * std::max(0.0, options_.slowdown - 1.0);
+    if (extra > 0) std::this_thread::sleep_for(std::chrono::duration<double>(extra));
+    return seconds + extra;
   }
 
   void record(bool backward, int64_t batch, double seconds) {

@@ -217,19 +217,11 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   return call;
 }
 
-uint32_t wire_micros(double seconds) {
-  constexpr double kMax = std::numeric_limits<uint32_t>::max();
-  const double micros = seconds * 1e6;
-  if (!(micros > 0)) return 0;
-  return micros >= kMax ? std::numeric_limits<uint32_t>::max() : static_cast<uint32_t>(micros);
-}
-
 Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageReply& reply) {
   wire::MessageHeader header;
   header.kind = wire::MessageKind::result;
   header.stage = static_cast<uint32_t>(stage);
   header.request_id = request_id;
-  header.waited_us = reply.waited_us;
   std::vector<wire::EncodedTensor> tensors;
   if (reply.tensor) tensors.push_back(*reply.tensor);
   if (reply.loss) {
@@ -250,7 +242,6 @@ Result<StageReply> parse_reply(const wire::Frames& frames, const wire::Limits& l
   const size_t tensors = has_loss ? count - 1 : count;
   if ((has_loss && count == 0) || tensors > 1) return internal("a stage reply with {} tensors", count);
   StageReply reply;
-  reply.waited_us = message.header.waited_us;
   if (tensors == 1) {
     const wire::DecodedTensor& t = message.tensors[0];
     reply.tensor = wire::EncodedTensor{t.dtype, t.codec, std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end()),

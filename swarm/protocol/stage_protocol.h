@@ -162,13 +162,7 @@ inline constexpr std::pair<std::string_view, int64_t SampleLedger::*> kSampleLed
 struct StageReply {
   std::optional<wire::EncodedTensor> tensor;  // output or input gradient
   std::optional<float> loss;
-  // The peer's account of the time it held the request for a round
-  // (MessageHeader::waited_us): from an untrusted peer, to be bounded by the caller.
-  uint32_t waited_us = 0;
 };
-
-// Seconds as the wire's microseconds: rounded down, saturating, 0 for a negative or NaN.
-uint32_t wire_micros(double seconds);
 
 // Logical values and payload bytes of the tensors of a message, for the wire volume.
 struct PayloadVolume {

@@ -7,10 +7,6 @@
 //
 // For every hop the Router picks a peer of the next stage; a failed or late
 // peer is reported and the hop is retried on another peer of the same stage.
-// What the router learns of a peer's speed is each answered call's round trip
-// less its queueing behind this trainer's earlier calls there and, bounded, the
-// waits the peer reports (serving_time.h): a hold or a round's step says nothing
-// about how fast a peer computes.
 // The trainer keeps each stage's input until that stage's backward is done,
 // because any peer may serve the backward by recomputing the forward. Every
 // microbatch ends in the ledger as completed or abandoned (with a reason):
@@ -26,7 +22,6 @@
 //   MicrobatchOutcome outcome = trainer.run_microbatch(tokens, targets);
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <chrono>
@@ -54,7 +49,6 @@
 #include "swarm/protocol/records.h"
 #include "swarm/protocol/stage_protocol.h"
 #include "swarm/protocol/tensor_codec.h"
-#include "swarm/trainer/serving_time.h"
 #include "swarm/wire/wire.h"
 
 namespace swarm {
@@ -175,10 +169,6 @@ class Trainer {
   // Registry records refused so far: malformed, out of range, or for another stage.
   int64_t bad_records() const { return bad_records_.load(); }
 
-  // Replies whose reported wait at the peer was longer than the whole round trip
-  // (impossible, so not believed: the router saw the round trip).
-  int64_t refused_waits() const { return refused_waits_.load(); }
-
   std::map<std::string, ServedCounts> served() const {
     std::lock_guard lock(served_mu_);
     return served_;
@@ -275,7 +265,6 @@ class Trainer {
     struct Known {
       std::string address;
       double seen = 0;  // when a record last announced it, on now()'s clock
-      double replied = -std::numeric_limits<double>::infinity();  // its latest answer to this trainer, ditto
     };
     std::map<std::string, Known> addresses;  // peer id -> where it serves
     double last_refresh = -1e9;
@@ -456,11 +445,7 @@ class Trainer {
     }
     const double t = now();
     std::lock_guard lock(stage.mu);
-    for (auto& [id, address] : addresses) {
-      auto& known = stage.addresses[id];
-      known.address = address;
-      known.seen = t;
-    }
+    for (auto& [id, address] : addresses) stage.addresses[id] = {address, t};
     // Peers gone for longer than any record lives are forgotten, so announcements
     // under ever-new ids cannot grow the map without bound.
     std::erase_if(stage.addresses, [&](const auto& entry) { return t - entry.second.seen > kForgetPeerSeconds; });
@@ -618,6 +603,7 @@ class Trainer {
       count_volume(hop.request_volume);
       frames = client->call(std::move(request).value(), wait_until).get();
     }
+    const double duration = now() - started;
     Result<protocol::StageReply> reply =
         frames.is_ok() ? protocol::parse_reply(*frames, wire::Limits{}, hop.has_loss)
                        : Result<protocol::StageReply>(frames.status());
@@ -627,12 +613,7 @@ class Trainer {
                                                                                          : Outcome::error);
     {
       std::lock_guard lock(stage.mu);
-      // Timed under the lock, so one peer's answers are noted in the order of their times.
-      const double replied_at = now();
-      const double seconds = ok ? serving_seconds(stage, peer, started, replied_at, reply->waited_us)
-                                : replied_at - started;
-      if (frames.is_ok()) answered(stage, peer, replied_at);
-      stage.router.report(peer, hop.kind, hop.batch, outcome, seconds, replied_at);
+      stage.router.report(peer, hop.kind, hop.batch, outcome, duration, now());
     }
     count(peer, hop.kind, ok);
     if (ok) {
@@ -643,22 +624,6 @@ class Trainer {
                          reply.status().to_string()});
     }
     return reply;
-  }
-
-  // What the router learns of the peer from an answered call (serving_time.h), under stage.mu.
-  double serving_seconds(StageState& stage, const std::string& peer, double started, double replied_at,
-                         uint32_t waited_us) {
-    const auto known = stage.addresses.find(peer);
-    const double previous = known == stage.addresses.end() ? started : known->second.replied;
-    const ServingTime serving = serving_time({started, replied_at, previous, waited_us});
-    if (serving.wait_refused) refused_waits_.fetch_add(1, std::memory_order_relaxed);
-    return serving.seconds;
-  }
-
-  // Under stage.mu. Calls still out at the peer queued behind this one until now.
-  void answered(StageState& stage, const std::string& peer, double replied_at) {
-    const auto known = stage.addresses.find(peer);
-    if (known != stage.addresses.end()) known->second.replied = std::max(known->second.replied, replied_at);
   }
 
   void count_volume(const protocol::PayloadVolume& volume) {
@@ -682,7 +647,6 @@ class Trainer {
 
   ClientCache<T> clients_;
   std::atomic<int64_t> bad_records_{0};
-  std::atomic<int64_t> refused_waits_{0};
   mutable std::mutex ledger_mu_;
   Ledger ledger_;
   mutable std::mutex served_mu_;

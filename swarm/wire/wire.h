@@ -32,7 +32,8 @@
 
 namespace swarm::wire {
 
-constexpr uint16_t kWireVersion = 5;  // 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us; 5: credential
+// 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us (withdrawn in 5); 5: credential
+constexpr uint16_t kWireVersion = 5;
 
 enum class MessageKind : uint8_t {
   forward = 0,
@@ -120,12 +121,6 @@ struct MessageHeader {
   // milliseconds since the Unix epoch (it crosses processes; 0: none). Never negative.
   uint64_t microbatch_id = 0;
   int64_t deadline_unix_ms = 0;
-  // Stage replies: microseconds the peer held the request for a round (a forward
-  // hold, a round's step). Such holds cost a fast peer as long as a slow one, so a
-  // trainer that routes by speed takes them out of the round trip, bounded, since
-  // it is the peer's word (swarm/trainer/serving_time.h). Time queued behind other
-  // requests is the peer's load, not reported.
-  uint32_t waited_us = 0;
   // Stage requests in a swarm with an owner: the caller's certificate, as text, for
   // the key the transport authenticated; empty otherwise. Checked by the peer.
   std::string credential;
@@ -135,7 +130,7 @@ struct MessageHeader {
   template <class Archive>
   void save(Archive& archive) const {
     archive(version, static_cast<uint8_t>(kind), stage, request_id, error_code, reply_codec);
-    archive(microbatch_id, deadline_unix_ms, waited_us);
+    archive(microbatch_id, deadline_unix_ms);
     archive(static_cast<uint32_t>(credential.size()));
     archive(cereal::binary_data(credential.data(), credential.size()));
     archive(static_cast<uint32_t>(error_text.size()));
@@ -151,7 +146,7 @@ struct MessageHeader {
     if (version != kWireVersion) return;
     uint8_t kind_code = 0;
     archive(kind_code, stage, request_id, error_code, reply_codec);
-    archive(microbatch_id, deadline_unix_ms, waited_us);
+    archive(microbatch_id, deadline_unix_ms);
     kind = static_cast<MessageKind>(kind_code);  // range-checked by the decoder
     uint32_t credential_size = 0;
     archive(credential_size);
