@@ -113,7 +113,8 @@ TEST_CASE("every prefix of a valid header is rejected as a bad header") {
 TEST_CASE("garbage and trailing bytes in the header frame are rejected") {
   Fixture fixture;
   SUBCASE("a huge text length after a valid version") {
-    fixture.frames.parts[0] = std::string("\x03\x00", 2) + std::string(60, '\xff');  // version 3
+    const std::string version{static_cast<char>(kWireVersion & 0xff), static_cast<char>(kWireVersion >> 8)};
+    fixture.frames.parts[0] = version + std::string(60, '\xff');
     expect_rejected(fixture.frames.views(), Limits{}, StatusCode::invalid_argument,
                     &ValidationCounters::bad_header);
   }
