@@ -108,9 +108,9 @@ struct PeerConfig {
   // Whether a connection's authenticated identity may send all-reduce parts as a
   // peer id (swarm/averaging/all_reduce.h); unset, every part passes.
   SpeaksFor speaks_for;
-  // Whether a caller may use this peer's compute or download its state (a swarm with
-  // an owner: certified callers only); unset, every caller that reached the server
-  // may. `credential`: this peer's own certificate, for the state requests it sends.
+  // Whether a caller may use this peer's compute, read its info or download its state
+  // (a swarm with an owner: certified callers only); unset, every caller that reached
+  // the server may. `credential`: this peer's own certificate, for the state requests it sends.
   AdmitCaller admit_caller;
   std::string credential;
 
@@ -537,7 +537,11 @@ class Peer {
 
   wire::Frames compute(const PeerIdentity& from, const wire::DecodedMessage& message) {
     auto parts = current();
-    if (message.header.kind == wire::MessageKind::info) return info(message, *parts);
+    if (message.header.kind == wire::MessageKind::info) {
+      // What a stage takes and how it refuses is for the swarm's members only.
+      if (Status admitted = admit(from, message); !admitted.is_ok()) return error(message, admitted);
+      return info(message, *parts);
+    }
     if (Status refused = refuse(message, *parts); !refused.is_ok()) return error(message, refused);
     if (message.header.kind == wire::MessageKind::ping) return ok(message);
     return parts->service->handle(from, message);

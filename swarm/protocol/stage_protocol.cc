@@ -331,10 +331,11 @@ Result<StageSpec> spec_from_json(std::string_view text) {
   }
 }
 
-Result<wire::Frames> encode_info_request(int stage) {
+Result<wire::Frames> encode_info_request(int stage, std::string_view credential) {
   wire::MessageHeader header;
   header.kind = wire::MessageKind::info;
   header.stage = static_cast<uint32_t>(stage);
+  header.credential = std::string(credential);
   return wire::encode_message(header, std::vector<TensorView>{});
 }
 

@@ -208,7 +208,8 @@ struct PeerInfo {
   std::optional<SampleLedger> samples;
   RefusalCounts refusals;
 };
-Result<wire::Frames> encode_info_request(int stage);
+// `credential`: the caller's certificate where the swarm has an owner (certificate.h).
+Result<wire::Frames> encode_info_request(int stage, std::string_view credential = {});
 Result<wire::Frames> encode_info_reply(uint64_t request_id, const StageSpec& spec,
                                        const SampleLedger* samples = nullptr,
                                        const RefusalCounts* refusals = nullptr);

@@ -200,7 +200,7 @@ class Trainer {
     if (address.empty()) return unavailable("stage {} has no peers", index);
     auto client = client_for(address);
     if (!client) return unavailable("cannot connect to {}", address);
-    SWARM_ASSIGN_OR_RETURN(wire::Frames request, protocol::encode_info_request(index));
+    SWARM_ASSIGN_OR_RETURN(wire::Frames request, protocol::encode_info_request(index, config_.credential));
     SWARM_ASSIGN_OR_RETURN(wire::Frames reply,
                            client->call(std::move(request), deadline_after(config_.forward_timeout_seconds)).get());
     return protocol::parse_info_reply(reply, wire::Limits{});
@@ -231,7 +231,7 @@ class Trainer {
       reports.push_back({id, stage});
       calls.emplace_back();
       auto client = client_for(address);
-      auto request = protocol::encode_info_request(stage);
+      auto request = protocol::encode_info_request(stage, config_.credential);
       if (!client || !request.is_ok()) {
         reports.back().info = client ? request.status() : unavailable("cannot connect to {}", address);
         continue;

@@ -145,7 +145,7 @@ inline Reply reply_of(const Result<wire::Frames>& reply) {
 }
 
 inline protocol::RefusalCounts refusals_of(Attacker& attacker, const LivePeer& peer) {
-  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage)));
+  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage, attacker.credentials.certificate)));
   REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
   auto info = protocol::parse_peer_info(*reply, wire::Limits{});
   REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());

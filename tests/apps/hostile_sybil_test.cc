@@ -162,15 +162,15 @@ SybilOutcome attack_with_ten_identities(HostileRun& run) {
   return out;
 }
 
-TEST_CASE("in a swarm with an owner, a member's ten minted identities supply no state, ban nobody, and are refused; a minted caller gets no compute or state") {
+TEST_CASE("in a swarm with an owner, a member's ten minted identities supply no state, ban nobody, and are refused; a minted caller gets no compute, info or state") {
   const RunEnd& clean = clean_run();
   HostileRun run("hostile-sybil", 2, 0, {}, /*owned=*/true);
   const SybilOutcome attack = attack_with_ten_identities(run);
   CHECK(attack.refused >= static_cast<uint64_t>(kIdentities));
   CHECK(attack.served == 0);  // no state downloaded from it, no round JOINed there
   // One more identity, minted by a secret holder, calls a stage-0 peer's compute as a
-  // trainer would, and asks for its state as a joiner would: both refused and
-  // counted, while the certified trainer and stage-mates are served.
+  // trainer would, asks for its info, and for its state as a joiner would: each
+  // refused and counted, while the certified trainer and stage-mates are served.
   Attacker minted = Attacker::join(run.port, kSecret);
   const LivePeer& stage0 = run.peers.at(*run.watched.begin());
   const int64_t callers_before = refusals_of(*run.attacker, stage0)["callers"];
@@ -182,8 +182,9 @@ TEST_CASE("in a swarm with an owner, a member's ten minted identities supply no 
     CHECK(decoded->header.error_code == static_cast<uint16_t>(StatusCode::permission_denied));
   };
   refused(minted.call(stage0.compute, hostile::must(protocol::encode_request(forward_of(8, 4242), 0, CodecId::blockwise8))));
+  refused(minted.call(stage0.compute, hostile::must(protocol::encode_info_request(stage0.stage))));
   refused(minted.call(stage0.control, hostile::must(encode_state_request(0, {{"op", "info"}}))));
-  CHECK(refusals_of(*run.attacker, stage0)["callers"] == callers_before + 2);
+  CHECK(refusals_of(*run.attacker, stage0)["callers"] == callers_before + 3);
   const RunEnd end = run.finish_training();
   const int64_t trainer_refused = registry_records_refused(read_all(run.dir / "trainer.log"));
   MESSAGE("the trainer's registry refused " << trainer_refused << " records");
