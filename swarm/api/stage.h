@@ -32,6 +32,32 @@ struct TensorSpec {
   friend bool operator==(const TensorSpec&, const TensorSpec&) = default;
 };
 
+// Whether a tensor of this dtype and shape is one `spec` admits.
+inline bool admits(const TensorSpec& spec, DType dtype, const Shape& shape) {
+  if (dtype != spec.dtype || shape.rank() != static_cast<int>(spec.dims.size())) return false;
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (spec.dims[i] != -1 && spec.dims[i] != shape[i]) return false;
+  }
+  return true;
+}
+
+// Whether what one stage returns can be what the next one takes: the same dtype and
+// rank, and every size both fix agrees (the batch and sequence are -1 on both).
+inline bool fits(const TensorSpec& output, const TensorSpec& input) {
+  if (output.dtype != input.dtype || output.dims.size() != input.dims.size()) return false;
+  for (size_t i = 0; i < output.dims.size(); ++i) {
+    if (output.dims[i] != -1 && input.dims[i] != -1 && output.dims[i] != input.dims[i]) return false;
+  }
+  return true;
+}
+
+// "f32 [-1, 32]", for errors.
+inline std::string describe(const TensorSpec& spec) {
+  std::string text = std::string(dtype_name(spec.dtype)) + " [";
+  for (size_t i = 0; i < spec.dims.size(); ++i) text += (i ? ", " : "") + std::to_string(spec.dims[i]);
+  return text + "]";
+}
+
 // What goes in and comes out: the input, the targets of a stage that computes the
 // loss, and the output (the loss, f32 [1], for such a stage).
 struct StageIoSpec {

@@ -209,8 +209,14 @@ class Trainer {
   // Before training: every stage sends this trainer's codecs and the last one takes
   // targets, so a mismatch is one clear error rather than abandoned microbatches.
   Status check_stages() {
+    std::optional<TensorSpec> previous_output;
     for (int s = 0; s < config_.num_stages; ++s) {
       SWARM_ASSIGN_OR_RETURN(protocol::StageSpec spec, stage_spec(s));
+      if (previous_output && !fits(*previous_output, spec.io.input)) {
+        return failed_precondition("stage {} returns {} but stage {} takes {}", s - 1, describe(*previous_output), s,
+                                   describe(spec.io.input));
+      }
+      previous_output = spec.io.output;
       SWARM_RETURN_IF_ERROR(check_codecs(s, spec));
       if (spec.io.targets.has_value() != (s == config_.num_stages - 1)) {
         return failed_precondition("stage {} {} targets; only the last stage of {} does", s,

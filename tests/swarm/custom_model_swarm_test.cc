@@ -90,5 +90,36 @@ TEST_CASE("the same MLP swarm trains over ZeroMQ on loopback") {
   train_mlp_swarm<ZmqTransport>("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
 }
 
+TEST_CASE("a trainer refuses stages whose shapes do not chain, naming both, before any microbatch") {
+  InProcessRegistry registry;
+  PeerConfig config;
+  config.stage_index = 0;
+  config.peer_id = "chain-0";
+  config.bind_address = "inproc://chain-0";
+  PeerConfig second_config = config;
+  second_config.stage_index = 1;
+  second_config.peer_id = "chain-1";
+  second_config.bind_address = "inproc://chain-1";
+  // The first returns 32 features; the second takes 16.
+  Peer<MlpStage, InprocTransport, InProcessRegistry, compression::StandardCodecs> first(
+      config, *MlpStage::create({.in = 4, .out = 32, .gelu = true}, 1), &registry);
+  Peer<MlpStage, InprocTransport, InProcessRegistry, compression::StandardCodecs> second(
+      second_config, *MlpStage::create({.in = 16, .out = 1, .loss = true}, 2), &registry);
+  REQUIRE(first.start().is_ok());
+  REQUIRE(second.start().is_ok());
+  TrainerConfig trainer_config;
+  trainer_config.num_stages = 2;
+  Trainer<StochasticWiringRouter, InprocTransport, InProcessRegistry, compression::StandardCodecs> trainer(
+      trainer_config, std::vector<StochasticWiringRouter>(2), &registry);
+  const Status checked = trainer.check_stages();
+  CHECK(checked.code() == StatusCode::failed_precondition);
+  CHECK_MESSAGE(checked.message().find("stage 0 returns f32 [-1, 32] but stage 1 takes f32 [-1, 16]") !=
+                    std::string::npos,
+                checked.message());
+  CHECK(first.stats().forward == 0);
+  first.stop();
+  second.stop();
+}
+
 }  // namespace
 }  // namespace swarm
