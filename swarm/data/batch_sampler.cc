@@ -53,6 +53,16 @@ void BatchSampler::start_epoch(int64_t epoch) {
   next_window_ = 0;
 }
 
+Result<Microbatch> BatchSampler::next() {
+  const Shape shape{batch_size_, seq_len_};
+  Microbatch batch;
+  SWARM_ASSIGN_OR_RETURN(batch.inputs, Tensor::empty(shape, DType::i32));
+  SWARM_ASSIGN_OR_RETURN(batch.targets, Tensor::empty(shape, DType::i32));
+  next(batch.inputs.data<int32_t>(), batch.targets.data<int32_t>());
+  batch.units = shape.numel();
+  return batch;
+}
+
 void BatchSampler::next(int32_t* inputs, int32_t* targets) {
   const int32_t* stream = tokens_->data();
   for (int row = 0; row < batch_size_; ++row) {

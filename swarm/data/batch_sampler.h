@@ -13,12 +13,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "swarm/api/data_source.h"
 #include "swarm/core/status.h"
 
 namespace swarm {
 
+// A DataSource of token batches: i32 [batch_size, seq_len] inputs and targets.
 class BatchSampler {
  public:
+  using data_source_concept = data_source_t;
+
   // Checks what the constructor assumes. Errors (invalid_argument): null
   // tokens, batch_size or seq_len below 1, fewer than seq_len + 1 tokens.
   static Result<BatchSampler> create(const std::vector<int32_t>* tokens, int batch_size,
@@ -31,6 +35,8 @@ class BatchSampler {
   // Fills batch_size * seq_len row-major tokens into each array. A batch may
   // span the end of one epoch and the start of the next.
   void next(int32_t* inputs, int32_t* targets);
+  // The same as tensors; `units` counts the batch's tokens.
+  Result<Microbatch> next();
 
   int batch_size() const { return batch_size_; }
   int seq_len() const { return seq_len_; }
@@ -65,5 +71,7 @@ struct TokenWindow {
 // seq_len + 1 tokens.
 Result<std::vector<TokenWindow>> validation_windows(const std::vector<int32_t>& tokens, int seq_len,
                                                     int max_windows);
+
+static_assert(DataSource<BatchSampler>);
 
 }  // namespace swarm

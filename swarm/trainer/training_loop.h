@@ -11,11 +11,13 @@
 //
 //   TrainingLoop<SwarmTrainer> loop({&trainer}, std::move(samplers), options,
 //                                   [](const StepReport& report) { ... });
+//   TrainingLoop<SwarmTrainer, Points> points_loop({&trainer}, {Points(seed)}, options, sink);
 //   SWARM_ASSIGN_OR_RETURN(TrainingSummary summary, loop.run());
 //   SWARM_ASSIGN_OR_RETURN(double loss, validation_loss(trainer, windows));
 //
-// The trainer is only a template parameter: this header knows no transport,
-// registry, peer or model.
+// The trainer and the data source are template parameters: this header knows no
+// transport, registry, peer or model (BatchSampler is the default source, for
+// validation windows of tokens).
 #pragma once
 
 #include <algorithm>
@@ -34,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "swarm/api/data_source.h"
 #include "swarm/core/clock.h"
 #include "swarm/core/log.h"
 #include "swarm/core/status.h"
@@ -79,7 +82,7 @@ struct StepReport {
   int microbatches = 0;  // per_step, or fewer for a last step that a stop cut short
   int completed = 0;
   std::optional<double> loss;  // mean over its completed microbatches; none if none completed
-  double tokens_per_second = 0;  // completed tokens over the sliding window
+  double tokens_per_second = 0;  // completed units (tokens of a token source) per second, sliding window
   double seconds = 0;            // since run() began
   LedgerTotals ledger;           // over all trainers, when the report was made
   std::vector<MicrobatchSpan> spans;  // in start order
@@ -90,7 +93,7 @@ enum class StopReason { finished, time_limit, stop_requested };
 struct TrainingSummary {
   int64_t last_step = 0;  // the last step reported; first_step - 1 if none
   int64_t steps_reported = 0;
-  int64_t tokens = 0;  // in completed microbatches
+  int64_t tokens = 0;  // units in completed microbatches
   double seconds = 0;
   LedgerTotals ledger;
   StopReason stopped_by = StopReason::finished;
@@ -110,17 +113,17 @@ struct TrainingLoopOptions {
 // Runs on the thread that called run(), never on a worker; it must not throw.
 using StepSink = std::function<void(const StepReport&)>;
 
-template <LoopTrainer T>
+template <LoopTrainer T, DataSource D = BatchSampler>
 class TrainingLoop {
  public:
-  // One sampler per trainer; the trainers must outlive the loop.
-  TrainingLoop(std::vector<T*> trainers, std::vector<BatchSampler> samplers, TrainingLoopOptions options,
-               StepSink sink)
-      : trainers_(std::move(trainers)), samplers_(std::move(samplers)), sampler_mu_(samplers_.size()),
+  // One source per trainer; the trainers must outlive the loop.
+  TrainingLoop(std::vector<T*> trainers, std::vector<D> sources, TrainingLoopOptions options, StepSink sink)
+      : trainers_(std::move(trainers)), sources_(std::move(sources)), source_mu_(sources_.size()),
         options_(std::move(options)), sink_(std::move(sink)) {}
 
-  // Trains until every step has ended, the time limit or a stop. Errors
-  // (invalid_argument) only for options it cannot run.
+  // Trains until every step has ended, the time limit, a stop or a source's
+  // error. Errors: invalid_argument for options it cannot run; a source's own
+  // error, after every microbatch in flight has ended.
   Result<TrainingSummary> run() {
     SWARM_RETURN_IF_ERROR(check_options());
     reset();
@@ -131,6 +134,7 @@ class TrainingLoop {
     }
     report_until_done();
     for (auto& worker : workers) worker.join();
+    if (!source_error_.is_ok()) return source_error_;
     return summary();
   }
 
@@ -158,9 +162,9 @@ class TrainingLoop {
   };
 
   Status check_options() const {
-    if (trainers_.empty() || trainers_.size() != samplers_.size()) {
-      return invalid_argument("the loop needs one sampler per trainer ({} trainers, {} samplers)", trainers_.size(),
-                              samplers_.size());
+    if (trainers_.empty() || trainers_.size() != sources_.size()) {
+      return invalid_argument("the loop needs one data source per trainer ({} trainers, {} sources)",
+                              trainers_.size(), sources_.size());
     }
     if (options_.microbatches_per_step < 1 || options_.in_flight < 1 || options_.last_step < options_.first_step) {
       return invalid_argument("microbatches per step and in-flight counts must be >= 1, and last_step >= first_step");
@@ -177,6 +181,7 @@ class TrainingLoop {
     stopped_by_ = StopReason::finished;
     tallies_.clear();
     tokens_ = 0;
+    source_error_ = Status::ok();
     running_ = static_cast<int>(trainers_.size()) * options_.in_flight;
     next_report_ = 0;
     steps_reported_ = 0;
@@ -199,10 +204,14 @@ class TrainingLoop {
 
   void work(int trainer) {
     while (std::optional<Claim> claim = next_claim()) {
-      auto [tokens, targets] = sample(trainer);
-      auto outcome = trainers_[trainer]->run_microbatch(tokens, targets);
+      Result<Microbatch> batch = next_batch(trainer);
+      if (!batch.is_ok()) {
+        fail(*claim, trainer, batch.status());
+        break;
+      }
+      auto outcome = trainers_[trainer]->run_microbatch(batch->inputs, batch->targets);
       if (!outcome.completed) log_warn("microbatch {} abandoned: {}", claim->index, outcome.abandon_reason);
-      end(*claim, trainer, outcome.completed, outcome.loss, tokens.numel());
+      end(*claim, trainer, outcome.completed, outcome.loss, batch->units);
     }
     std::lock_guard lock(mu_);
     --running_;
@@ -220,14 +229,19 @@ class TrainingLoop {
     return Claim{next_index_++, t};
   }
 
-  std::pair<Tensor, Tensor> sample(int trainer) {
-    BatchSampler& sampler = samplers_[trainer];
-    const Shape shape{sampler.batch_size(), sampler.seq_len()};
-    Tensor tokens = *Tensor::empty(shape, DType::i32);
-    Tensor targets = *Tensor::empty(shape, DType::i32);
-    std::lock_guard lock(sampler_mu_[trainer]);
-    sampler.next(tokens.data<int32_t>(), targets.data<int32_t>());
-    return {std::move(tokens), std::move(targets)};
+  Result<Microbatch> next_batch(int trainer) {
+    std::lock_guard lock(source_mu_[trainer]);
+    return sources_[trainer].next();
+  }
+
+  // A source that cannot give a microbatch ends the run: its claim ends unstarted
+  // (no trainer saw it), and run() returns the source's error.
+  void fail(const Claim& claim, int trainer, const Status& error) {
+    log_error("trainer {}'s data source failed: {}", trainer, error.to_string());
+    end(claim, trainer, false, 0, 0);
+    std::lock_guard lock(mu_);
+    if (source_error_.is_ok()) source_error_ = error;
+    close_locked(StopReason::stop_requested);
   }
 
   void end(const Claim& claim, int trainer, bool completed, double loss, int64_t tokens) {
@@ -328,8 +342,8 @@ class TrainingLoop {
   }
 
   std::vector<T*> trainers_;
-  std::vector<BatchSampler> samplers_;
-  std::vector<std::mutex> sampler_mu_;  // one per sampler: trainers sample independently
+  std::vector<D> sources_;
+  std::vector<std::mutex> source_mu_;  // one per source: trainers draw independently
   TrainingLoopOptions options_;
   StepSink sink_;
 
@@ -342,6 +356,7 @@ class TrainingLoop {
   StopReason stopped_by_ = StopReason::finished;
   std::map<int64_t, StepTally> tallies_;  // by step offset, until reported
   int64_t tokens_ = 0;
+  Status source_error_;  // the first source's failure; ok while none failed
   int running_ = 0;  // workers not yet finished
   int64_t next_report_ = 0;
   int64_t steps_reported_ = 0;
