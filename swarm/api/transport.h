@@ -112,8 +112,20 @@ struct ServerOptions {
   ConnectionLimits connections;
 };
 
+// A slow link to emulate under each of a client's connections, the same in each
+// direction. Transports that emulate links (NetemTransport) take it from here, so a
+// runtime configured with one gets it when its transport type is swapped for an
+// emulating one; a transport over real links refuses a client that asks for one,
+// rather than run over a perfect link that looks like a slow one.
+struct EmulatedLink {
+  double bandwidth_bytes_per_s = 0;      // 0: unlimited
+  std::chrono::microseconds latency{0};  // one way
+  friend bool operator==(const EmulatedLink&, const EmulatedLink&) = default;
+};
+
 struct ClientOptions {
   SecurityOptions security;
+  std::optional<EmulatedLink> link;
   // A reply larger than this (all frames together) fails its call instead of
   // being delivered. Above 0. ZeroMQ checks each frame at the socket: one over
   // it is a protocol error, after which libzmq closes the connection and does

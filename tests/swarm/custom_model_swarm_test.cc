@@ -1,7 +1,9 @@
 // Bring your own model: a 2-stage MLP regression (models/mlp), written only
 // against the Stage concept, trained by the same Peer and Trainer templates
 // that serve GPT, over the in-process transport and over real ZeroMQ sockets.
+#include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include <doctest/doctest.h>
@@ -13,6 +15,7 @@
 #include "swarm/trainer/trainer.h"
 #include "swarm/wiring/stochastic_wiring.h"
 #include "transports/inproc/inproc_transport.h"
+#include "transports/netem/netem_transport.h"
 #include "transports/zmq/zmq_transport.h"
 
 namespace swarm {
@@ -88,6 +91,51 @@ TEST_CASE("a user-defined MLP stage trains through Peer and Trainer over the in-
 
 TEST_CASE("the same MLP swarm trains over ZeroMQ on loopback") {
   train_mlp_swarm<ZmqTransport>("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
+}
+
+// A trainer over the emulator by type swap takes its link from its config: the
+// same run, with and without a 20 ms link, side by side.
+TEST_CASE("a trainer swapped onto NetemTransport runs over the link its config names") {
+  using Slow = NetemTransport<InprocTransport>;
+  InProcessRegistry registry;
+  PeerConfig config;
+  config.peer_id = "link-0";
+  config.bind_address = "inproc://link-0";
+  PeerConfig second_config = config;
+  second_config.stage_index = 1;
+  second_config.peer_id = "link-1";
+  second_config.bind_address = "inproc://link-1";
+  Peer<MlpStage, Slow, InProcessRegistry, compression::StandardCodecs> first(
+      config, *MlpStage::create({.in = 4, .out = 32, .gelu = true}, 1), &registry);
+  Peer<MlpStage, Slow, InProcessRegistry, compression::StandardCodecs> second(
+      second_config, *MlpStage::create({.in = 32, .out = 1, .loss = true}, 2), &registry);
+  REQUIRE(first.start().is_ok());
+  REQUIRE(second.start().is_ok());
+  auto seconds_per_microbatch = [&](std::optional<EmulatedLink> link) {
+    TrainerConfig trainer_config;
+    trainer_config.num_stages = 2;
+    trainer_config.client.link = link;
+    Trainer<StochasticWiringRouter, Slow, InProcessRegistry, compression::StandardCodecs> trainer(
+        trainer_config, std::vector<StochasticWiringRouter>(2), &registry);
+    std::mt19937 rng(4);
+    Tensor x, y;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) {
+      regression_batch(rng, 8, &x, &y);
+      MicrobatchOutcome outcome = trainer.run_microbatch(x, y);
+      REQUIRE_MESSAGE(outcome.completed, outcome.abandon_reason);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / 5;
+  };
+  const double perfect = seconds_per_microbatch(std::nullopt);
+  const double slow = seconds_per_microbatch(*netem::parse_link("0,20ms"));
+  MESSAGE("seconds per microbatch: " << perfect << " on a perfect link, " << slow << " on 20 ms links");
+  // Three calls (forward at stage 0; forward and backward at the loss stage; backward
+  // at stage 0), each crossing the link both ways: at least 120 ms.
+  CHECK(slow >= 0.12);
+  CHECK(slow > 5 * perfect);
+  first.stop();
+  second.stop();
 }
 
 TEST_CASE("a trainer refuses stages whose shapes do not chain, naming both, before any microbatch") {

@@ -315,6 +315,9 @@ Result<InprocClient> InprocTransport::connect(const std::string& address, Client
   if (options.max_message_bytes <= 0) {
     return invalid_argument("max_message_bytes must be above 0, got {}", options.max_message_bytes);
   }
+  if (options.link) {
+    return invalid_argument("the in-process transport cannot emulate a link: use NetemTransport<InprocTransport>");
+  }
   std::shared_ptr<ServerCore> server;
   {
     std::lock_guard lock(registry().mu);

@@ -1,7 +1,10 @@
 #include "transports/netem/link_model.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <initializer_list>
+#include <string>
 #include <utility>
 
 namespace swarm::netem {
@@ -16,7 +19,42 @@ Duration seconds_to_duration(double seconds) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds));
 }
 
+// A finite, non-negative number followed by one of `units` (name, scale); "0" alone is zero.
+Result<double> scaled_number(std::string_view text, std::initializer_list<std::pair<std::string_view, double>> units,
+                             std::string_view what) {
+  if (text == "0") return 0.0;
+  for (const auto& [unit, scale] : units) {
+    if (text.size() <= unit.size() || !text.ends_with(unit)) continue;
+    const std::string_view digits = text.substr(0, text.size() - unit.size());
+    double value = 0;
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (error != std::errc() || end != digits.data() + digits.size() || !std::isfinite(value) || value < 0) break;
+    return value * scale;
+  }
+  std::string names;
+  for (const auto& [unit, scale] : units) names += (names.empty() ? "" : ", ") + std::string(unit);
+  return invalid_argument("the link's {} '{}' is not a number followed by one of {}", what, text, names);
+}
+
 }  // namespace
+
+Result<EmulatedLink> parse_link(std::string_view text) {
+  const size_t comma = text.find(',');
+  if (comma == std::string_view::npos || text.find(',', comma + 1) != std::string_view::npos) {
+    return invalid_argument("a link is BANDWIDTH,LATENCY (for example 200mbit,50ms), got '{}'", text);
+  }
+  // Longest unit first, so "mbit" is not read as "bit".
+  SWARM_ASSIGN_OR_RETURN(const double bits_per_s,
+                         scaled_number(text.substr(0, comma), {{"gbit", 1e9}, {"mbit", 1e6}, {"kbit", 1e3}, {"bit", 1}},
+                                       "bandwidth"));
+  SWARM_ASSIGN_OR_RETURN(const double seconds,
+                         scaled_number(text.substr(comma + 1), {{"ms", 1e-3}, {"us", 1e-6}, {"s", 1}}, "latency"));
+  if (seconds > kMaxSeconds) return invalid_argument("the link's latency '{}' is too long", text.substr(comma + 1));
+  EmulatedLink link;
+  link.bandwidth_bytes_per_s = bits_per_s / 8;
+  link.latency = std::chrono::microseconds(static_cast<int64_t>(std::llround(seconds * 1e6)));
+  return link;
+}
 
 Status LinkSpec::validate() const {
   if (!(bandwidth_bytes_per_s >= 0) || std::isinf(bandwidth_bytes_per_s)) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "swarm/core/random.h"
+#include "swarm/api/transport.h"
 #include "swarm/core/status.h"
 
 namespace swarm::netem {
@@ -35,6 +36,11 @@ struct LinkSpec {
   // invalid_argument for negative values or a loss outside [0, 1].
   Status validate() const;
 };
+
+// "200mbit,50ms": a bandwidth in tc's units (bit, kbit, mbit, gbit: per second,
+// decimal) and a one-way latency (us, ms, s); "0" for either is none. Errors
+// (invalid_argument) name what was wrong.
+Result<EmulatedLink> parse_link(std::string_view text);
 
 class LinkModel {
  public:

@@ -48,13 +48,20 @@ struct NetemOptions {
 };
 
 // Implicit from ClientOptions, so code written against the Transport concept
-// connects (with a perfect link) without knowing it runs over an emulator.
+// connects without knowing it runs over an emulator: over the options' link in
+// both directions where they name one (ClientOptions::link), else a perfect one.
 struct NetemClientOptions {
   ClientOptions inner;
   NetemOptions netem;
 
   NetemClientOptions() = default;
-  NetemClientOptions(ClientOptions inner_options) : inner(inner_options) {}  // NOLINT
+  NetemClientOptions(ClientOptions inner_options) : inner(std::move(inner_options)) {  // NOLINT
+    if (inner.link) {
+      const netem::LinkSpec each_way{.bandwidth_bytes_per_s = inner.link->bandwidth_bytes_per_s,
+                                     .latency = inner.link->latency};
+      netem.up = netem.down = each_way;
+    }
+  }
   NetemClientOptions(NetemOptions netem_options, ClientOptions inner_options = {})  // NOLINT
       : inner(inner_options), netem(std::move(netem_options)) {}
 };
@@ -342,6 +349,7 @@ struct NetemTransport {
     if (options.netem.poll_interval <= netem::Duration::zero()) {
       return invalid_argument("poll_interval must be positive");
     }
+    options.inner.link.reset();  // emulated here, not asked of the transport underneath
     SWARM_ASSIGN_OR_RETURN(auto inner, Inner::connect(address, options.inner));
     std::string peer = options.netem.peer_name;
     if constexpr (std::convertible_to<const address_type&, std::string>) {

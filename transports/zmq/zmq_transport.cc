@@ -651,6 +651,9 @@ const TransportCounters& ZmqClient::counters() const { return impl_->counters; }
 
 Result<ZmqClient> ZmqTransport::connect(const std::string& address, ClientOptions options) {
   if (options.max_message_bytes <= 0) return invalid_argument("max_message_bytes must be above 0");
+  if (options.link) {
+    return invalid_argument("ZeroMQ sends over real links and cannot emulate one: use NetemTransport<ZmqTransport>");
+  }
   auto impl = std::make_shared<ZmqClient::Impl>();
   impl->max_message_bytes = options.max_message_bytes;
   try {

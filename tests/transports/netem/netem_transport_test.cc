@@ -85,6 +85,42 @@ TEST_CASE("code written against the concept runs over a perfect emulated link") 
   CHECK(client->identity().id == client->inner().identity().id);
 }
 
+TEST_CASE("a link parsed from text, set in the concept's ClientOptions, is emulated; a real transport refuses it") {
+  auto link = netem::parse_link("8mbit,50ms");
+  REQUIRE_MESSAGE(link.is_ok(), link.status().to_string());
+  CHECK(link->bandwidth_bytes_per_s == 1e6);
+  CHECK(link->latency == milliseconds(50));
+  InprocServer server = serve_or_die("inproc://netem-options", echo());
+  ClientOptions options;  // what a runtime's config holds
+  options.link = *link;
+  auto client = Netem::connect(server.address(), options);
+  REQUIRE_MESSAGE(client.is_ok(), client.status().to_string());
+  const Clock::time_point start = Clock::now();
+  auto reply = ping<Netem>(*client, generous());
+  const double measured = seconds_since(start);
+  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
+  CHECK(measured >= 0.1);  // 50 ms each way
+  CHECK(measured < 0.2);
+  // Without the emulator the same options are an error, not a perfect link.
+  auto real = InprocTransport::connect(server.address(), options);
+  CHECK(real.status().code() == StatusCode::invalid_argument);
+  CHECK(real.status().message().find("NetemTransport") != std::string::npos);
+}
+
+TEST_CASE("link text: tc's units, and errors that say what is wrong") {
+  CHECK(netem::parse_link("200mbit,50ms")->bandwidth_bytes_per_s == 25e6);
+  CHECK(netem::parse_link("1gbit,250us")->latency == std::chrono::microseconds(250));
+  CHECK(netem::parse_link("512kbit,1s")->bandwidth_bytes_per_s == 64e3);
+  CHECK(netem::parse_link("0,20ms")->bandwidth_bytes_per_s == 0);  // unlimited
+  CHECK(netem::parse_link("100mbit,0")->latency == std::chrono::microseconds(0));
+  for (const char* bad : {"", "200mbit", "200mbit,50ms,1", "fast,50ms", "200mb,50ms", "-1mbit,50ms", "200mbit,50",
+                          "200mbit,inf s", "nanmbit,1ms", "1e400mbit,1ms"}) {
+    CAPTURE(bad);
+    CHECK(netem::parse_link(bad).status().code() == StatusCode::invalid_argument);
+  }
+  CHECK(netem::parse_link("fast,50ms").status().message().find("bandwidth 'fast'") != std::string::npos);
+}
+
 TEST_CASE("netem accuracy: 25 MB over 200 Mb/s with 50 ms each way takes 1.0 s plus 100 ms") {
   InprocServer server = serve_or_die("inproc://netem-bulk", [](const PeerIdentity&, wire::Frames f) {
     return wire::Frames{{std::string("ok")}};

@@ -69,6 +69,14 @@ TEST_CASE("a request with large tensor frames round-trips over TCP, counted on b
   CHECK(server.counters().messages_sent == 1);
 }
 
+TEST_CASE("a client that asks for an emulated link is refused: ZeroMQ runs over real ones") {
+  ClientOptions options;
+  options.link = EmulatedLink{.bandwidth_bytes_per_s = 1e6, .latency = std::chrono::milliseconds(50)};
+  auto client = ZmqTransport::connect("tcp://127.0.0.1:1", options);
+  CHECK(client.status().code() == StatusCode::invalid_argument);
+  CHECK(client.status().message().find("NetemTransport<ZmqTransport>") != std::string::npos);
+}
+
 TEST_CASE("hundreds of calls in flight on one connection each get their own reply") {
   auto server = ZmqTransport::bind("tcp://127.0.0.1:*", {.worker_threads = 3});
   REQUIRE(server.is_ok());
