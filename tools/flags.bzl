@@ -12,10 +12,15 @@ _MARCH = select({
     "//conditions:default": ["-march=native"],
 })
 
+# `--config=dev` (//tools:dev): a quicker compile of slower code, for an edit loop.
+_OPTIMIZE = select({
+    "//tools:dev": ["-O1"],
+    "//conditions:default": ["-O3"],
+})
+
 CXX_OPTS = [
     "-std=" + CXX_STANDARD,
-    "-O3",
-] + _MARCH + [
+] + _OPTIMIZE + _MARCH + [
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
