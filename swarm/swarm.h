@@ -2,8 +2,8 @@
 //
 // The concepts a model, a transport, a registry, a router and a data source
 // implement; the runtimes that serve and drive a pipeline (Peer, Trainer,
-// TrainingLoop); the policies and parts they are built from; and a checker for
-// a user's stage. Transports are separate headers, chosen at compile time:
+// TrainingLoop); the policies and parts they are built from; layers to build a
+// stage from; and a checker for a user's stage. Transports are separate headers, chosen at compile time:
 // transports/inproc/inproc_transport.h, transports/zmq/zmq_transport.h,
 // transports/netem/netem_transport.h (the same target brings them).
 //
@@ -25,6 +25,7 @@
 #include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
 #include "swarm/data/batch_sampler.h"
+#include "swarm/layers/layers.h"
 #include "swarm/peer/peer.h"
 #include "swarm/rebalance/rebalancer.h"
 #include "swarm/registry/dht_registry.h"
