@@ -3,6 +3,7 @@
 // that serve GPT, over the in-process transport and over real ZeroMQ sockets.
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <random>
 
@@ -93,30 +94,44 @@ TEST_CASE("the same MLP swarm trains over ZeroMQ on loopback") {
   train_mlp_swarm<ZmqTransport>("tcp://127.0.0.1:*", "tcp://127.0.0.1:*");
 }
 
+// Two MLP peers, stage 0 (4 -> hidden, GELU) and the loss stage (second_in -> 1),
+// started over transport T; second_in other than hidden breaks the chain.
+template <Transport T>
+struct TwoPeers {
+  using MlpPeer = Peer<MlpStage, T, InProcessRegistry, compression::StandardCodecs>;
+  InProcessRegistry registry;
+  std::unique_ptr<MlpPeer> first, second;
+
+  TwoPeers(const std::string& name, int hidden, int second_in) {
+    PeerConfig config;
+    config.peer_id = name + "-0";
+    config.bind_address = "inproc://" + config.peer_id;
+    first = std::make_unique<MlpPeer>(config, *MlpStage::create({.in = 4, .out = hidden, .gelu = true}, 1), &registry);
+    config.stage_index = 1;
+    config.peer_id = name + "-1";
+    config.bind_address = "inproc://" + config.peer_id;
+    second = std::make_unique<MlpPeer>(config, *MlpStage::create({.in = second_in, .out = 1, .loss = true}, 2),
+                                       &registry);
+    REQUIRE(first->start().is_ok());
+    REQUIRE(second->start().is_ok());
+  }
+  ~TwoPeers() {
+    first->stop();
+    second->stop();
+  }
+};
+
 // A trainer over the emulator by type swap takes its link from its config: the
 // same run, with and without a 20 ms link, side by side.
 TEST_CASE("a trainer swapped onto NetemTransport runs over the link its config names") {
   using Slow = NetemTransport<InprocTransport>;
-  InProcessRegistry registry;
-  PeerConfig config;
-  config.peer_id = "link-0";
-  config.bind_address = "inproc://link-0";
-  PeerConfig second_config = config;
-  second_config.stage_index = 1;
-  second_config.peer_id = "link-1";
-  second_config.bind_address = "inproc://link-1";
-  Peer<MlpStage, Slow, InProcessRegistry, compression::StandardCodecs> first(
-      config, *MlpStage::create({.in = 4, .out = 32, .gelu = true}, 1), &registry);
-  Peer<MlpStage, Slow, InProcessRegistry, compression::StandardCodecs> second(
-      second_config, *MlpStage::create({.in = 32, .out = 1, .loss = true}, 2), &registry);
-  REQUIRE(first.start().is_ok());
-  REQUIRE(second.start().is_ok());
+  TwoPeers<Slow> peers("link", 32, 32);
   auto seconds_per_microbatch = [&](std::optional<EmulatedLink> link) {
     TrainerConfig trainer_config;
     trainer_config.num_stages = 2;
     trainer_config.client.link = link;
     Trainer<StochasticWiringRouter, Slow, InProcessRegistry, compression::StandardCodecs> trainer(
-        trainer_config, std::vector<StochasticWiringRouter>(2), &registry);
+        trainer_config, std::vector<StochasticWiringRouter>(2), &peers.registry);
     std::mt19937 rng(4);
     Tensor x, y;
     const auto start = std::chrono::steady_clock::now();
@@ -134,39 +149,20 @@ TEST_CASE("a trainer swapped onto NetemTransport runs over the link its config n
   // at stage 0), each crossing the link both ways: at least 120 ms.
   CHECK(slow >= 0.12);
   CHECK(slow > 5 * perfect);
-  first.stop();
-  second.stop();
 }
 
 TEST_CASE("a trainer refuses stages whose shapes do not chain, naming both, before any microbatch") {
-  InProcessRegistry registry;
-  PeerConfig config;
-  config.stage_index = 0;
-  config.peer_id = "chain-0";
-  config.bind_address = "inproc://chain-0";
-  PeerConfig second_config = config;
-  second_config.stage_index = 1;
-  second_config.peer_id = "chain-1";
-  second_config.bind_address = "inproc://chain-1";
-  // The first returns 32 features; the second takes 16.
-  Peer<MlpStage, InprocTransport, InProcessRegistry, compression::StandardCodecs> first(
-      config, *MlpStage::create({.in = 4, .out = 32, .gelu = true}, 1), &registry);
-  Peer<MlpStage, InprocTransport, InProcessRegistry, compression::StandardCodecs> second(
-      second_config, *MlpStage::create({.in = 16, .out = 1, .loss = true}, 2), &registry);
-  REQUIRE(first.start().is_ok());
-  REQUIRE(second.start().is_ok());
+  TwoPeers<InprocTransport> peers("chain", 32, 16);  // the first returns 32 features; the second takes 16
   TrainerConfig trainer_config;
   trainer_config.num_stages = 2;
   Trainer<StochasticWiringRouter, InprocTransport, InProcessRegistry, compression::StandardCodecs> trainer(
-      trainer_config, std::vector<StochasticWiringRouter>(2), &registry);
+      trainer_config, std::vector<StochasticWiringRouter>(2), &peers.registry);
   const Status checked = trainer.check_stages();
   CHECK(checked.code() == StatusCode::failed_precondition);
   CHECK_MESSAGE(checked.message().find("stage 0 returns f32 [-1, 32] but stage 1 takes f32 [-1, 16]") !=
                     std::string::npos,
                 checked.message());
-  CHECK(first.stats().forward == 0);
-  first.stop();
-  second.stop();
+  CHECK(peers.first->stats().forward == 0);
 }
 
 }  // namespace
