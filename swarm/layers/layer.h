@@ -112,6 +112,26 @@ void zero_grad_of(const Parameter& parameter) {
   B::fill_zero(parameter.grad.data<float>(), parameter.grad.numel(), typename B::stream_type{});
 }
 
+// The parameters of an affine layer (Linear, LayerNorm): a weight and a bias, named
+// and zeroed together.
+class WeightAndBias {
+ public:
+  void append_parameter_views(const std::string& prefix, std::vector<StageParameterView>& views) {
+    views.push_back(weight_.view(prefix));
+    views.push_back(bias_.view(prefix));
+  }
+
+ protected:
+  template <Backend B>
+  Status zero_both() {
+    zero_grad_of<B>(weight_);
+    zero_grad_of<B>(bias_);
+    return Status::ok();
+  }
+
+  Parameter weight_, bias_;
+};
+
 // "[rows, 16]", or "[rows, features]" for an open width.
 inline std::string rows_of(int64_t width) {
   return width == kAnyWidth ? "[rows, features]" : fmt::format("[rows, {}]", width);

@@ -17,7 +17,7 @@
 namespace swarm::layers {
 
 template <Backend B>
-class Linear {
+class Linear : public WeightAndBias {
  public:
   using backend = B;
   static constexpr bool takes_tokens = false;
@@ -57,22 +57,12 @@ class Linear {
     return dx;
   }
 
-  void append_parameter_views(const std::string& prefix, std::vector<StageParameterView>& views) {
-    views.push_back(weight_.view(prefix));
-    views.push_back(bias_.view(prefix));
-  }
-
-  Status zero_grad() {
-    zero_grad_of<B>(weight_);
-    zero_grad_of<B>(bias_);
-    return Status::ok();
-  }
+  Status zero_grad() { return zero_both<B>(); }
 
  private:
   std::string name() const { return fmt::format("Linear({} -> {})", in_, out_); }
 
   int in_, out_;
-  Parameter weight_, bias_;
 };
 
 }  // namespace swarm::layers
