@@ -440,4 +440,24 @@ Result<double> validation_loss(T& trainer, const std::vector<TokenWindow>& windo
   return *result.loss;
 }
 
+// The mean loss over held-out microbatches of any data source, each weighted by
+// its units (a stage's loss is a mean over its batch), forward only through the
+// swarm. Errors: invalid_argument for no batches or one without units;
+// unavailable, with the trainer's reason, when one cannot be evaluated.
+template <LoopTrainer T>
+Result<double> validation_loss(T& trainer, const std::vector<Microbatch>& batches) {
+  if (batches.empty()) return invalid_argument("validation needs at least one microbatch");
+  double sum = 0, units = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    if (batches[i].units <= 0) return invalid_argument("validation microbatch {} has no units", i);
+    auto outcome = trainer.evaluate(batches[i].inputs, batches[i].targets);
+    if (!outcome.completed) {
+      return unavailable("validation microbatch {} could not be evaluated: {}", i, outcome.abandon_reason);
+    }
+    sum += outcome.loss * static_cast<double>(batches[i].units);
+    units += static_cast<double>(batches[i].units);
+  }
+  return sum / units;
+}
+
 }  // namespace swarm

@@ -124,6 +124,20 @@ TEST_CASE("a loop over points, not tokens, keeps microbatches in flight, counts 
   double first = 0, last = 0;
   for (int i = 0; i < 5; ++i) first += *reports[i].loss, last += *reports[reports.size() - 1 - i].loss;
   CHECK(last < first * 0.5);
+  // Held-out points, weighted by their samples: a batch of 4 counts half as much as one of 8.
+  RegressionPoints held_out;
+  held_out.rng.seed(99);
+  std::vector<Microbatch> validation{*held_out.next(), *held_out.next()};
+  validation[1].units = 4;
+  auto loss = validation_loss(*swarm.trainer, validation);
+  REQUIRE_MESSAGE(loss.is_ok(), loss.status().to_string());
+  const double a = swarm.trainer->evaluate(validation[0].inputs, validation[0].targets).loss;
+  const double b = swarm.trainer->evaluate(validation[1].inputs, validation[1].targets).loss;
+  CHECK(*loss == doctest::Approx((8 * a + 4 * b) / 12));
+  CHECK(*loss < first / 5);
+  validation[0].units = 0;
+  CHECK(validation_loss(*swarm.trainer, validation).status().code() == StatusCode::invalid_argument);
+  CHECK(validation_loss(*swarm.trainer, std::vector<Microbatch>{}).status().code() == StatusCode::invalid_argument);
 }
 
 TEST_CASE("a data source that fails ends the run with its error, and every started microbatch ends") {

@@ -273,7 +273,7 @@ TEST_CASE("validation loss: a mean over the windows, or an error that says why")
   REQUIRE_MESSAGE(loss.is_ok(), loss.status().to_string());
   CHECK(*loss > 0);
   CHECK(swarm.trainers[0]->ledger().started == 0);  // forward only: not microbatches of the ledger
-  CHECK(validation_loss(*swarm.trainers[0], {}).status().code() == StatusCode::invalid_argument);
+  CHECK(validation_loss(*swarm.trainers[0], std::vector<TokenWindow>{}).status().code() == StatusCode::invalid_argument);
 
   swarm.peers[1]->stop();
   Result<double> failed = validation_loss(*swarm.trainers[0], windows);
