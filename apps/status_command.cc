@@ -274,7 +274,7 @@ std::string status_text(const SwarmStatus& status) {
   return text;
 }
 
-// The JSON object (README.md, "Roles by hand, across machines", has the same list):
+// The JSON object (docs/RUNNING.md, "`swarm status`: looking at a running swarm", has the same list):
 //   bootstrap, secured, read_at (wall-clock seconds), stages_read;
 //   stages: [{stage, peers, serving, throughput, global_step (the newest step a
 //     strict majority of the stage's committed membership vouches for, as its peers
@@ -539,7 +539,7 @@ void add_status_command(CLI::App& app, int* exit_code) {
                       "at most 64)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
-  command->add_flag("--json", options->json, "Print one JSON object (fields: see README.md) instead of text");
+  command->add_flag("--json", options->json, "Print one JSON object (fields: see docs/RUNNING.md) instead of text");
   command->add_option("--wait", options->wait_seconds, "Seconds to reach the DHT and see a stable view of the swarm")
       ->check(CLI::Range(0.1, 600.0))
       ->capture_default_str();

@@ -108,7 +108,7 @@ SwarmStatus summarize(const RegistryRead& read);
 
 // Readable lines; text from records is printed with control bytes escaped.
 std::string status_text(const SwarmStatus& status);
-// One JSON object; its fields are documented in status_command.cc and README.md.
+// One JSON object; its fields are documented in status_command.cc and docs/RUNNING.md.
 nlohmann::json status_json(const SwarmStatus& status);
 // status_json as text, invalid UTF-8 (possible in subkeys) replaced.
 std::string status_json_text(const SwarmStatus& status);

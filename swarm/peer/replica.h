@@ -196,7 +196,7 @@ class Replica {
   // the main job's microbatches ran their forward one global step before their
   // backward, and more (58%) with 2 peers per stage, whose rounds form over the
   // network; with a 20 ms hold both setups ended lower (bench/sync/fidelity.sh,
-  // README "Fidelity"). A short hold bounds what a slow round costs each forward.
+  // docs/RUNNING.md "Fidelity"). A short hold bounds what a slow round costs each forward.
   // Only for global steps: in solo mode no round ever takes them. 0: never wait.
   void hold_forwards_for_pending(double seconds) {
     std::lock_guard lock(mu_);

@@ -51,7 +51,7 @@ using hostile::must;
 // Seconds the attacker's records live: the forged record ahead lapses this long
 // after its last announce, and the window after begins then.
 constexpr double kRecordTtl = 5;
-// Valid-looking forwards are served, not rate-limited per client (README, Trust):
+// Valid-looking forwards are served, not rate-limited per client (docs/TRUST.md):
 // a flood costs the stage the compute it asks for, so it has a window of its own,
 // shorter (the windows end by kTrainerSteps) and with a lower bound than the refused
 // attacks': it must not stall the stage. At --max-batch 1 a peer serves its callers

@@ -199,7 +199,7 @@ TEST_CASE("in a swarm with an owner, a member's ten minted identities supply no 
 }
 
 // The same attack in a swarm of the secret alone, where every identity a secret
-// holder mints counts: what the README's trust section says such a member can do.
+// holder mints counts: what docs/TRUST.md says such a member can do.
 // Skipped in the suite (a run of a minute); run with --no-skip.
 TEST_CASE("in a swarm of the secret alone, a member's ten minted identities take its stage over" * doctest::skip()) {
   HostileRun run("hostile-sybil-open");

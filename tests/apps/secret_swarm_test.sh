@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CURVE end to end with the README's manual roles: a bootstrap node and a peer
+# CURVE end to end with the manual roles of docs/RUNNING.md: a bootstrap node and a peer
 # per stage started with a secret train a 2-stage swarm through a trainer with
 # the same secret. A trainer with a wrong secret, and one with none, fail fast
 # with a message that names the secret and a non-zero exit.

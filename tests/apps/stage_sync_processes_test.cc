@@ -47,8 +47,8 @@ TEST_CASE("a peer SIGKILLed mid-all-reduce is dropped; its two stage-mates stay 
     peers[id] = spawn(args, dir / (id + ".log"));
   }
   // All three serve the same fresh state before any sample arrives: a peer whose
-  // stage stepped without it must download (README: a stage of this tiny model
-  // steps faster than a download, an open bug this test is not about).
+  // stage stepped without it must download (docs/RUNNING.md, Stage synchronization: a stage
+  // of this tiny model steps faster than a download, an open bug this test is not about).
   for (const std::string id : {"k0", "k1", "k2"}) wait_for(dir / (id + ".log"), "serving its own state at step 0", 30s);
 
   // Trained for a time, not a step count: with no per-step barrier, the trainer's

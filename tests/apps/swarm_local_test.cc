@@ -34,7 +34,7 @@ TEST_CASE("killed, restarted and stopped peers cost retries but no microbatch, a
   // Rebalancing is off: this case is about faults. With it on, a peer that moves into
   // stage 1 while its peers there re-sync loads its old checkpoint and steps on its own
   // lineage for a while (1 run in 4 showed differing hashes). That bug is open; see
-  // README, Rebalancing. //tests/apps:rebalance_swarm_test covers moves.
+  // docs/RUNNING.md, Rebalancing. //tests/apps:rebalance_swarm_test covers moves.
   Run run = run_swarm(fmt::format("{} --rebalance-period 0 --in-flight 4 --stages 2 --peers-per-stage 2 --time-limit 24 --forward-timeout 1.5 "
                                   "--backward-timeout 2.5 --chaos kill-peer:1:4,restart-peer:1:8,stop-peer:0:12:4",
                                   kTinyModel),
