@@ -29,9 +29,7 @@
 #include "swarm/averaging/stage_view.h"
 #include "swarm/checkpoint/checkpoint.h"
 #include "swarm/peer/periodic_task.h"
-#include "swarm/data/batch_sampler.h"
-#include "swarm/data/split.h"
-#include "swarm/data/token_dataset.h"
+#include "swarm/data/any_data_source.h"
 #include "swarm/registry/dht_registry.h"
 #include "swarm/trainer/trainer.h"
 #include "swarm/trainer/training_loop.h"
@@ -109,12 +107,7 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
           "--stages",      std::to_string(o.stages),
           "--peer-id",     id,
           "--bootstrap",   fmt::format("127.0.0.1:{}", port),
-          "--d-model",     std::to_string(o.model.d_model),
-          "--layers",      std::to_string(o.model.n_layers),
-          "--heads",       std::to_string(o.model.n_heads),
-          "--seq-len",     std::to_string(o.model.max_seq_len),
-          "--layer-repeat", std::to_string(o.model.layer_repeat),
-          "--vocab",       std::to_string(o.model.vocab_size),
+          "--model-options", o.model->options_json().dump(),
           "--seed",        std::to_string(o.seed),
           "--lr",          fmt::format("{}", o.learning_rate),
           "--warmup",      std::to_string(o.warmup_steps),
@@ -125,10 +118,6 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
           "--codec",       o.codec,
           "--gradient-codec", gradient_codec_name(o.codec, o.gradient_codec),
           "--threads",     "1"};
-  if (!o.model.boundaries.empty()) {
-    args.push_back("--boundary");
-    args.push_back(gpt::format_boundary_layers(o.model.boundaries));
-  }
   const std::vector<std::string> compute = compute_flags(o.compute);
   args.insert(args.end(), compute.begin(), compute.end());
   args.insert(args.end(), sync.begin(), sync.end());
@@ -641,7 +630,7 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
   auto config = nlohmann::json::parse(in, nullptr, false);
   if (config.is_discarded() || !config.is_object()) return invalid_argument("{}/config.json is not JSON", dir.string());
   try {
-    SWARM_ASSIGN_OR_RETURN(o->model, gpt::GptConfig::from_json(config.at("model").dump()));
+    SWARM_RETURN_IF_ERROR(o->model->set_options_json(config.at("model_options")));
     o->stages = config.at("stages");
     o->peers_per_stage = config.at("peers_per_stage");
     o->trainers = config.at("trainers");
@@ -649,8 +638,6 @@ Status restore_run(LocalSwarmOptions* o, int64_t* start_step) {
     o->microbatches_per_step = config.at("microbatches_per_step");
     o->in_flight = config.at("in_flight");
     o->seed = config.at("seed");
-    o->data_path = config.at("data");
-    o->gpt2_tokens = config.value("gpt2_tokens", false);
     o->learning_rate = config.at("learning_rate");
     o->warmup_steps = config.at("warmup_steps");
     o->global_batch = config.value("global_batch", int64_t{-1});
@@ -695,8 +682,7 @@ Status check_options(const LocalSwarmOptions& o) {
     return invalid_argument("--rebalance-period {} must be a number of seconds >= 0", o.rebalance_period_seconds);
   }
   SWARM_RETURN_IF_ERROR(parse_wire_codecs(o.codec, o.gradient_codec).status());
-  SWARM_RETURN_IF_ERROR(o.model.validate());
-  SWARM_RETURN_IF_ERROR(gpt::partition_layers(o.model, o.stages).status());
+  SWARM_RETURN_IF_ERROR(o.model->prepare(o.stages));
   // The peers would each fail the same way; say it once, before any starts.
   SWARM_ASSIGN_OR_RETURN(ComputeBackend backend, parse_compute(o.compute));
   return o.bootstrap.empty() ? ensure_compute_device(backend) : Status::ok();
@@ -715,34 +701,28 @@ Result<std::pair<int, double>> parse_slow_peer(const LocalSwarmOptions& o) {
   return std::make_pair(stage, factor);
 }
 
-struct RunData {
-  std::string path;
-  DataSplit split;
-  std::vector<TokenWindow> windows;  // validation
-};
-
-Result<RunData> load_run_data(const LocalSwarmOptions& o) {
-  RunData data;
-  data.path = o.data_path.empty() ? std::string(kDefaultCorpus) : o.data_path;
-  SWARM_ASSIGN_OR_RETURN(TokenDataset dataset, o.gpt2_tokens ? load_gpt2_bin(data.path) : load_text_bytes(data.path));
-  if (dataset.vocab_size != o.model.vocab_size) {
-    return invalid_argument("the data has vocabulary {}, the model {}", dataset.vocab_size, o.model.vocab_size);
-  }
-  const int seq = o.model.max_seq_len;
-  SWARM_ASSIGN_OR_RETURN(data.split, split_train_validation(dataset, 0.05, int64_t{16} * (seq + 1), o.seed));
-  SWARM_ASSIGN_OR_RETURN(data.windows, validation_windows(data.split.validation, seq, o.eval_windows));
+Result<ModelData> load_run_data(const LocalSwarmOptions& o, int64_t start_step) {
+  DataPlan plan;
+  plan.trainers = o.trainers;
+  plan.microbatch = o.microbatch;
+  plan.seed = o.seed;
+  plan.start_step = start_step;
+  plan.validation_samples = o.eval_windows;
+  SWARM_ASSIGN_OR_RETURN(ModelData data, o.model->load_data(plan));
+  if (data.validation.empty()) return invalid_argument("model {} gave no validation microbatches", o.model->name());
   return data;
 }
 
 // The run directory, and its config.json unless the run resumes (it has one).
-Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) {
+Status create_run_dir(const LocalSwarmOptions& o) {
   std::error_code error;
   fs::create_directories(fs::path(o.run_dir) / "peers", error);
   if (!error) fs::create_directories(fs::path(o.run_dir) / "checkpoints", error);
   if (error) return permission_denied("cannot create run directory {}: {}", o.run_dir, error.message());
   if (!o.resume.empty()) return Status::ok();
   nlohmann::json config = {
-      {"model", nlohmann::json::parse(o.model.to_json())},
+      {"model_name", o.model->name()},
+      {"model_options", o.model->options_json()},
       {"stages", o.stages},
       {"peers_per_stage", o.peers_per_stage},
       {"trainers", o.trainers},
@@ -752,8 +732,6 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"in_flight", o.in_flight},
       {"seed", o.seed},
       {"chaos", o.chaos},
-      {"data", data_path},
-      {"gpt2_tokens", o.gpt2_tokens},
       {"learning_rate", o.learning_rate},
       {"warmup_steps", o.warmup_steps},
       {"step_every_samples", o.step_every_samples},
@@ -774,6 +752,8 @@ Status create_run_dir(const LocalSwarmOptions& o, const std::string& data_path) 
       {"certified", o.certified},
       {"router", "stochastic_wiring"},
   };
+  const nlohmann::json described = o.model->describe();
+  for (const auto& [key, value] : described.items()) config[key] = value;
   std::ofstream out(fs::path(o.run_dir) / "config.json");
   out << config.dump(2) << '\n';
   if (!out) return permission_denied("cannot write {}/config.json", o.run_dir);
@@ -889,19 +869,6 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   return trainers;
 }
 
-// A resumed run draws other batches than the first did, from the step it resumes at.
-Result<std::vector<BatchSampler>> make_samplers(const LocalSwarmOptions& o, const std::vector<int32_t>* train,
-                                                int64_t start_step) {
-  std::vector<BatchSampler> samplers;
-  for (int t = 0; t < o.trainers; ++t) {
-    SWARM_ASSIGN_OR_RETURN(BatchSampler sampler,
-                           BatchSampler::create(train, o.microbatch, o.model.max_seq_len,
-                                                o.seed * 7919 + t + static_cast<uint64_t>(start_step) * 104729));
-    samplers.push_back(std::move(sampler));
-  }
-  return samplers;
-}
-
 TrainingLoopOptions loop_options(const LocalSwarmOptions& o, int64_t start_step) {
   TrainingLoopOptions loop;
   loop.first_step = start_step + 1;
@@ -917,7 +884,7 @@ TrainingLoopOptions loop_options(const LocalSwarmOptions& o, int64_t start_step)
 struct SwarmRun {
   const LocalSwarmOptions& o;
   int64_t start_step = 0;
-  RunData& data;
+  ModelData& data;
   MetricsWriter& metrics;
   DhtRegistry& registry;
   const SwarmAccess& access;
@@ -935,7 +902,7 @@ std::string stop_reason_text(StopReason reason) {
   return "unknown";
 }
 
-LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& summary, const RunRecorder& recorder,
+LocalSwarmReport make_report(const LocalSwarmOptions& o, const ModelData& data, const TrainingSummary& summary, const RunRecorder& recorder,
                              const std::vector<std::unique_ptr<SwarmTrainer>>& trainers,
                              const ValidationResult& validation) {
   LocalSwarmReport report;
@@ -947,7 +914,8 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const TrainingSummary& 
   report.validation_windows = validation.windows;
   report.validation_note = validation.stopped_early.is_ok() ? "" : validation.stopped_early.message();
   report.stopped_because = stop_reason_text(summary.stopped_by);
-  report.gpt2_tokens = o.gpt2_tokens;
+  report.loss_unit = data.loss_unit;
+  report.validation_unit = data.validation_unit;
   report.tokens_per_second = static_cast<double>(summary.tokens) / std::max(1e-9, summary.seconds);
   report.microbatches_started = summary.ledger.started;
   report.microbatches_completed = summary.ledger.completed;
@@ -971,7 +939,6 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
   const LocalSwarmOptions& o = run.o;
   SWARM_ASSIGN_OR_RETURN(auto trainers, make_trainers(o, &run.registry, run.access));
   SWARM_RETURN_IF_ERROR(trainers.front()->check_stages());
-  SWARM_ASSIGN_OR_RETURN(auto samplers, make_samplers(o, &run.data.split.train, run.start_step));
   if (run.start_step > 0) {
     run.metrics.write({{"kind", "event"}, {"event", "resumed"}, {"peer", ""}, {"step", run.start_step}});
     print(fmt::format("resumed {} at global step {}", o.run_dir, run.start_step), false);
@@ -979,7 +946,8 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
   RunRecorder recorder(o, &run.registry, &trainers, &run.metrics, print, std::move(run.known));
   std::vector<SwarmTrainer*> pointers;
   for (auto& trainer : trainers) pointers.push_back(trainer.get());
-  TrainingLoop<SwarmTrainer> loop(std::move(pointers), std::move(samplers), loop_options(o, run.start_step),
+  TrainingLoop<SwarmTrainer, AnyDataSource> loop(std::move(pointers), std::move(run.data.sources),
+                                                 loop_options(o, run.start_step),
                                   [&](const StepReport& report) { recorder.on_step(report); });
   // --time-limit bounds the whole of training: the loop stops taking steps at
   // the limit, and draining the microbatches in flight and validation end
@@ -1000,8 +968,8 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
           false);
   }
   recorder.finish();
-  const ValidationResult validation = validate_until(*trainers[0], run.data.windows, deadline);
-  LocalSwarmReport report = make_report(o, *summary, recorder, trainers, validation);
+  const ValidationResult validation = validate_until(*trainers[0], run.data.validation, deadline);
+  LocalSwarmReport report = make_report(o, run.data, *summary, recorder, trainers, validation);
   report.bad_records += static_cast<int64_t>(run.registry.refused_seals());
   return report;
 }
@@ -1018,18 +986,16 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
       return invalid_argument("{} is already at step {}; pass --steps beyond it to train on", o.run_dir, start_step);
     }
   }
-  if (o.gpt2_tokens) {
-    if (o.data_path.empty()) return invalid_argument("--gpt2-tokens needs --data FILE, an llm.c .bin file of GPT-2 tokens");
-    o.model.vocab_size = kGpt2VocabSize;  // the peers are started with it
-  }
+  if (o.model == nullptr) return invalid_argument("a swarm needs a model");
   const auto started = Clock::now();
   const bool spawn = o.bootstrap.empty();
   SWARM_RETURN_IF_ERROR(check_options(o));
   SWARM_RETURN_IF_ERROR(parse_slow_peer(o).status());
   SWARM_ASSIGN_OR_RETURN(auto chaos, parse_chaos(o.chaos, o.stages));
   if (!chaos.empty() && !spawn) return invalid_argument("--chaos needs the peers that swarm local starts");
-  SWARM_ASSIGN_OR_RETURN(RunData data, load_run_data(o));  // a bad path fails before any process starts
-  SWARM_RETURN_IF_ERROR(create_run_dir(o, data.path));
+  // A bad path fails before any process starts.
+  SWARM_ASSIGN_OR_RETURN(ModelData data, load_run_data(o, start_step));
+  SWARM_RETURN_IF_ERROR(create_run_dir(o));
   MetricsWriter metrics((fs::path(o.run_dir) / "metrics.jsonl").string(), started);
   if (!metrics.ok()) return permission_denied("cannot write {}/metrics.jsonl", o.run_dir);
 

@@ -1,10 +1,11 @@
-// local_swarm: `swarm local` and `swarm trainer`. Trains a GPT with SWARM
+// local_swarm: `swarm local` and `swarm trainer`. Trains a model with SWARM
 // parallelism: S stages x P peer processes over ZeroMQ on loopback, found
 // through an OpenDHT registry, driven by trainers that route every hop with
 // stochastic wiring. Writes a run directory (config.json, metrics.jsonl, peer
 // logs) and shows a live progress line.
 //
-//   swarm::apps::LocalSwarmOptions options;   // 2 stages x 2 peers, fortunes
+//   swarm::apps::LocalSwarmOptions options;   // 2 stages x 2 peers
+//   options.model = &plugin;                   // the model (apps/model_plugin.h), its options parsed
 //   auto report = swarm::apps::run_local_swarm(options, print_line);
 #pragma once
 
@@ -17,14 +18,15 @@
 #include <vector>
 
 #include "apps/swarm_roles.h"
-#include "models/gpt/config.h"
+#include "apps/model_plugin.h"
 #include "swarm/core/status.h"
 
 namespace swarm::apps {
 
 struct LocalSwarmOptions {
   std::string run_dir = "swarm-run";
-  gpt::GptConfig model;  // defaults: d_model 128, 4 layers, 4 heads, seq 128
+  // The model: its options, data and stages. Not owned; --resume sets its options.
+  ModelPlugin* model = nullptr;
   int stages = 2;
   int peers_per_stage = 2;  // every run averages: a stage of one never runs a round
   int trainers = 1;
@@ -38,8 +40,6 @@ struct LocalSwarmOptions {
   int in_flight = 2;
   uint64_t seed = 1;
   std::string chaos;              // see apps/chaos.h
-  std::string data_path;          // empty: the fortunes corpus
-  bool gpt2_tokens = false;       // data_path is an llm.c .bin file of GPT-2 tokens (vocabulary 50257)
   // The run is its swarm's owner and admits each peer it starts (local_owner.h);
   // needs a secret.
   bool certified = false;
@@ -62,7 +62,7 @@ struct LocalSwarmOptions {
   ComputeOptions compute;         // every peer's --device, --precision, --attention
   std::string codec = "8bit";     // activations and all-reduce parts: 8bit|4bit|fp16|bf16|none
   std::string gradient_codec;     // the backward's gradients; empty: codec
-  int eval_windows = 32;
+  int eval_windows = 32;          // validation samples (a GPT's: windows) evaluated at the end
   double forward_timeout_seconds = 10;
   double backward_timeout_seconds = 20;
   // Stop training after this many seconds even if steps remain (0: no limit).
@@ -95,7 +95,8 @@ struct LocalSwarmOptions {
 inline constexpr double kTimeLimitGraceSeconds = 20.0;
 
 struct LocalSwarmReport {
-  bool gpt2_tokens = false;  // the run's tokens are GPT-2 ids, not bytes: losses are nats per token
+  std::string loss_unit = "sample";          // losses are nats per this (a GPT: byte or token)
+  std::string validation_unit = "samples";   // what validation_windows counts (a GPT: windows)
   int steps = 0;
   double seconds = 0;
   double first_loss = 0;

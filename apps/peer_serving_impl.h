@@ -1,37 +1,36 @@
 // peer_serving_impl: the serving loop of `swarm peer` as a template over the
-// stage's backend; included only by the translation units that instantiate it.
+// stage type; included by the translation units that instantiate it (a model's
+// plug-in: apps/cli/model.h, and the GPT's per-backend units).
 #pragma once
 
-#include <unistd.h>
+#include <cstdio>
+#include <string>
 
 #include <fmt/core.h>
 
+#include "apps/compute_options.h"
 #include "apps/peer_serving.h"
-#include "models/gpt/gpt_stage.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/peer/peer.h"
 #include "transports/zmq/zmq_transport.h"
 
 namespace swarm::apps {
 
-template <Backend B>
-int serve_peer_on(const PeerServing& serving) {
-  using Stage = gpt::GptStage<B>;
-  using GptPeer = Peer<Stage, ZmqTransport, DhtRegistry, compression::StandardCodecs>;
+// Serves stages `make_stage` builds (any stage index: a rebalancing peer moves)
+// until a stop signal, with a line of progress every 5 s; the exit status.
+template <Stage S>
+int serve_peer_with(const PeerServing& serving, StageFactory<S> make_stage, const std::string& compute) {
+  using ServingPeer = Peer<S, ZmqTransport, DhtRegistry, compression::StandardCodecs>;
   const PeerRoleOptions& options = serving.options;
   const PeerConfig& config = serving.config;
-  StageFactory<Stage> make_stage = [&options, layouts = serving.layouts](int index) {
-    return Stage::create(options.model, layouts[index], options.seed);
-  };
-  GptPeer peer(config, make_stage, serving.registry);
+  ServingPeer peer(config, std::move(make_stage), serving.registry);
   Status started = peer.start();
   if (!started.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", started.to_string());
     return 1;
   }
   fmt::print("peer {} serving stage {} of {} at {} on {}{}{}\n", config.peer_id, config.stage_index,
-             options.num_stages, peer.address(), describe(*parse_compute(options.compute)),
-             serving.secured ? " (CURVE)" : "",
+             options.num_stages, peer.address(), compute, serving.secured ? " (CURVE)" : "",
              config.rebalance_period_seconds > 0
                  ? fmt::format(", rebalancing every {:g} s", config.rebalance_period_seconds)
                  : std::string());

@@ -9,12 +9,13 @@
 #include <thread>
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include "apps/compute_options.h"
+#include "apps/model_plugin.h"
 #include "apps/peer_serving.h"
 #include "apps/swarm_access.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "models/gpt/gpt_stage.h"
+#include "kernels/cpu/ops.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/core/log.h"
 #include "swarm/peer/peer.h"
@@ -95,14 +96,27 @@ int choose_stage(DhtRegistry& registry, int num_stages) {
   return stage_the_swarm_needs(registry, num_stages);
 }
 
+// --model-options (from swarm local), then what the model derives and checks.
+Status prepare_model(const PeerRoleOptions& options, ModelPlugin& model) {
+  if (!options.model_options.empty()) {
+    auto json = nlohmann::json::parse(options.model_options, nullptr, false);
+    if (json.is_discarded()) return invalid_argument("--model-options is not JSON");
+    SWARM_RETURN_IF_ERROR(model.set_options_json(json));
+  }
+  return model.prepare(options.num_stages);
+}
+
 }  // namespace
 
-int run_peer(const PeerRoleOptions& options) {
+int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
   install_stop_signals();
   cpu::set_num_threads(options.threads);
-  auto layouts = gpt::partition_layers(options.model, options.num_stages);
-  if (!layouts.is_ok()) {
-    fmt::print(stderr, "swarm peer: {}\n", layouts.status().to_string());
+  if (options.num_stages < 1) {
+    fmt::print(stderr, "swarm peer: --stages {} must be >= 1\n", options.num_stages);
+    return 1;
+  }
+  if (Status prepared = prepare_model(options, model); !prepared.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", prepared.to_string());
     return 1;
   }
   if (options.stage < -1 || options.stage >= options.num_stages) {
@@ -192,7 +206,7 @@ int run_peer(const PeerRoleOptions& options) {
   config.test_contribution_scale = {options.test_contribution_scale, options.test_contribution_scale_from_step};
   config.test_forge_reduced_part_from = options.test_forge_reduced_part_from;
   config.test_die_by_signal = true;
-  return serve_peer(*backend, PeerServing{options, *layouts, config, &*registry, access->secured()});
+  return model.serve(PeerServing{options, config, &*registry, access->secured()});
 }
 
 }  // namespace swarm::apps

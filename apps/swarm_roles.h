@@ -1,5 +1,6 @@
 // swarm_roles: the long-running roles of the `swarm` program on a real network:
-// a DHT bootstrap node and a GPT stage peer, both until SIGINT or SIGTERM.
+// a DHT bootstrap node and a peer serving a stage of the model, both until SIGINT
+// or SIGTERM.
 //
 //   swarm bootstrap --port 31337
 //   swarm peer --stage 1 --stages 2 --bootstrap 127.0.0.1:31337
@@ -10,7 +11,6 @@
 
 #include "apps/compute_options.h"
 #include "apps/swarm_access.h"
-#include "models/gpt/config.h"
 #include "swarm/api/codec.h"
 #include "swarm/core/status.h"
 
@@ -39,7 +39,9 @@ Result<WireCodecs> parse_wire_codecs(const std::string& codec, const std::string
 int run_bootstrap(const std::string& host, uint16_t port, const std::string& secret);
 
 struct PeerRoleOptions {
-  gpt::GptConfig model;
+  // The model's options as JSON (ModelPlugin::options_json), as `swarm local`
+  // passes them; empty: the model's own flags.
+  std::string model_options;
   ComputeOptions compute;  // --device, --precision, --attention
   int stage = -1;  // -1: the stage the swarm needs most when it starts
   int num_stages = 2;
@@ -82,6 +84,7 @@ struct PeerRoleOptions {
   int64_t test_forge_reduced_part_from = -1;
 };
 
-int run_peer(const PeerRoleOptions& options);
+class ModelPlugin;
+int run_peer(const PeerRoleOptions& options, ModelPlugin& model);
 
 }  // namespace swarm::apps

@@ -96,4 +96,28 @@ Result<std::vector<TokenWindow>> validation_windows(const std::vector<int32_t>& 
   return windows;
 }
 
+Result<std::vector<Microbatch>> window_microbatches(const std::vector<TokenWindow>& windows, int rows) {
+  if (rows < 1) return invalid_argument("{} rows per validation microbatch is not positive", rows);
+  std::vector<Microbatch> batches;
+  for (size_t begin = 0; begin < windows.size(); begin += static_cast<size_t>(rows)) {
+    const size_t count = std::min(static_cast<size_t>(rows), windows.size() - begin);
+    const size_t seq = windows[begin].inputs.size();
+    const Shape shape{static_cast<int64_t>(count), static_cast<int64_t>(seq)};
+    Microbatch batch;
+    SWARM_ASSIGN_OR_RETURN(batch.inputs, Tensor::empty(shape, DType::i32));
+    SWARM_ASSIGN_OR_RETURN(batch.targets, Tensor::empty(shape, DType::i32));
+    for (size_t i = 0; i < count; ++i) {
+      const TokenWindow& window = windows[begin + i];
+      if (window.inputs.size() != seq || window.targets.size() != seq) {
+        return invalid_argument("validation window {} has {} tokens, not {}", begin + i, window.inputs.size(), seq);
+      }
+      std::copy(window.inputs.begin(), window.inputs.end(), batch.inputs.data<int32_t>() + i * seq);
+      std::copy(window.targets.begin(), window.targets.end(), batch.targets.data<int32_t>() + i * seq);
+    }
+    batch.units = static_cast<int64_t>(count * seq);
+    batches.push_back(std::move(batch));
+  }
+  return batches;
+}
+
 }  // namespace swarm

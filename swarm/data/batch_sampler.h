@@ -72,6 +72,11 @@ struct TokenWindow {
 Result<std::vector<TokenWindow>> validation_windows(const std::vector<int32_t>& tokens, int seq_len,
                                                     int max_windows);
 
+// The windows as microbatches of up to `rows` windows each, in order, counting
+// tokens: what a validation over any data source (validate_until) takes.
+// Errors (invalid_argument): rows < 1, windows of different lengths.
+Result<std::vector<Microbatch>> window_microbatches(const std::vector<TokenWindow>& windows, int rows);
+
 static_assert(DataSource<BatchSampler>);
 
 }  // namespace swarm

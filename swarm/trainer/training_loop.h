@@ -430,6 +430,46 @@ ValidationResult validate_until(T& trainer, const std::vector<TokenWindow>& wind
   return result;
 }
 
+// The same over held-out microbatches of any data source: the mean loss per
+// unit (each microbatch weighted by its units), rows counted as "windows".
+template <LoopTrainer T>
+ValidationResult validate_until(T& trainer, const std::vector<Microbatch>& batches,
+                                std::optional<Clock::time_point> deadline) {
+  auto rows_of = [](const Microbatch& batch) {
+    return batch.inputs.shape().rank() > 0 ? static_cast<size_t>(batch.inputs.shape().dim(0)) : size_t{1};
+  };
+  ValidationResult result;
+  for (const Microbatch& batch : batches) result.windows += rows_of(batch);
+  if (batches.empty()) {
+    result.stopped_early = invalid_argument("validation needs at least one microbatch");
+    return result;
+  }
+  double sum = 0, units = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const size_t rows = rows_of(batches[i]);
+    if (deadline && Clock::now() >= *deadline) {
+      result.stopped_early = deadline_exceeded("cut short by the time limit after {} of {}", result.windows_done,
+                                               result.windows);
+      break;
+    }
+    if (batches[i].units <= 0) {
+      result.stopped_early = invalid_argument("validation microbatch {} has no units", i);
+      break;
+    }
+    auto outcome = trainer.evaluate(batches[i].inputs, batches[i].targets);
+    if (!outcome.completed) {
+      result.stopped_early = unavailable("validation rows {}..{} could not be evaluated: {}", result.windows_done,
+                                         result.windows_done + rows - 1, outcome.abandon_reason);
+      break;
+    }
+    sum += outcome.loss * static_cast<double>(batches[i].units);
+    units += static_cast<double>(batches[i].units);
+    result.windows_done += rows;
+  }
+  if (units > 0) result.loss = sum / units;
+  return result;
+}
+
 // The mean over every window, or an error: invalid_argument for no or ragged
 // windows; unavailable, with the trainer's reason, when a batch cannot be
 // evaluated (a partial mean would not compare with other runs').
