@@ -133,4 +133,13 @@ class Tensor {
 // Byte-exact equality of dtype, shape and contents (host tensors only).
 bool bitwise_equal(const TensorView& a, const TensorView& b);
 
+// A host view of `view`: the view itself on the CPU, else a host copy that
+// `staging` keeps alive. Parameters, gradients and a layer's ids on a device
+// reach the host only through this.
+inline Result<TensorView> host_view(const TensorView& view, Tensor& staging) {
+  if (view.device() == Device::cpu) return view;
+  SWARM_ASSIGN_OR_RETURN(staging, Tensor::copy_of(view, Device::cpu));
+  return staging.view();
+}
+
 }  // namespace swarm

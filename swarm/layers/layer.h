@@ -179,13 +179,6 @@ Result<Tensor> zeros_like(const TensorView& x) {
   return zeros;
 }
 
-// `t` readable on the host: itself when it lives there, else a copy kept in `keep`.
-inline Result<TensorView> host_view(const TensorView& t, Tensor& keep) {
-  if (t.device() == Device::cpu) return t;
-  SWARM_ASSIGN_OR_RETURN(keep, Tensor::copy_of(t, Device::cpu));
-  return keep.view();
-}
-
 // Every id of `ids` (i32) in [0, limit): kernels index tables with them unchecked.
 inline Status check_ids(const TensorView& ids, int64_t limit, std::string_view what) {
   Tensor keep;

@@ -36,15 +36,6 @@ int64_t parameter_count(S& stage) {
   return total;
 }
 
-// A host view of `view`: the view itself on the CPU, else a host copy that
-// `staging` keeps alive. Parameters and gradients on a device reach the host
-// only through this, for the all-reduce, the hash and checkpoints.
-inline Result<TensorView> host_view(const TensorView& view, Tensor& staging) {
-  if (view.device() == Device::cpu) return view;
-  SWARM_ASSIGN_OR_RETURN(staging, Tensor::copy_of(view, Device::cpu));
-  return staging.view();
-}
-
 // The accumulated gradients, concatenated, each divided by `divide_by` (>= 1),
 // on the host whatever device the stage computes on.
 template <Stage S>
