@@ -108,10 +108,12 @@ inline std::vector<nlohmann::json> of_kind(const Run& run, const std::string& ki
   return out;
 }
 
-// Starts `swarm args...` with stdout and stderr to `log` (truncated) and returns its
-// pid; the child is SIGKILLed when the test dies, so it never outlives it. (It
-// follows the forking thread: spawn from the test's main thread.)
-inline pid_t spawn(const std::vector<std::string>& args, const std::filesystem::path& log) {
+// Starts `swarm args...` (or another program built on it: `binary`) with stdout and
+// stderr to `log` (truncated) and returns its pid; the child is SIGKILLed when the
+// test dies, so it never outlives it. (It follows the forking thread: spawn from
+// the test's main thread.)
+inline pid_t spawn(const std::vector<std::string>& args, const std::filesystem::path& log,
+                   const std::string& binary = kSwarmBinary) {
   const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -120,7 +122,6 @@ inline pid_t spawn(const std::vector<std::string>& args, const std::filesystem::
     ::dup2(fd, 1);
     ::dup2(fd, 2);
     std::vector<char*> argv;
-    static const std::string binary = kSwarmBinary;
     argv.push_back(const_cast<char*>(binary.c_str()));
     for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
@@ -129,6 +130,32 @@ inline pid_t spawn(const std::vector<std::string>& args, const std::filesystem::
   }
   return pid;
 }
+
+// Waits up to `within` for the child to exit; SIGKILLs it after that. Its wait status, or -1.
+inline int wait_exit(pid_t pid, std::chrono::seconds within) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) return status;
+    if (done < 0) return -1;
+    ::poll(nullptr, 0, 100);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+// A child that a failed REQUIRE leaves behind is SIGKILLed (its peers die with it).
+struct Reaped {
+  pid_t pid;
+  bool done = false;
+  ~Reaped() {
+    if (done) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+};
 
 // Waits until `done()` holds or `within` has passed, and says whether it held. It
 // checks at once, then whenever a file in `folder` is created or written (inotify:

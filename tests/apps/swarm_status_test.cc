@@ -27,32 +27,6 @@ using namespace std::chrono_literals;
 using namespace swarm::test_apps;  // spawn, wait_for, run_command, read_all, temp_dir
 using Clock = std::chrono::steady_clock;
 
-// Waits up to `within` for the child to exit; SIGKILLs it after that. Its wait status, or -1.
-int wait_exit(pid_t pid, std::chrono::seconds within) {
-  const auto deadline = Clock::now() + within;
-  int status = 0;
-  while (Clock::now() < deadline) {
-    const pid_t done = ::waitpid(pid, &status, WNOHANG);
-    if (done == pid) return status;
-    if (done < 0) return -1;
-    ::poll(nullptr, 0, 100);
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
-  return -1;
-}
-
-// A child that a failed REQUIRE leaves behind is SIGKILLed (its peers die with it).
-struct Reaped {
-  pid_t pid;
-  bool done = false;
-  ~Reaped() {
-    if (done) return;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-  }
-};
-
 TEST_CASE("swarm status shows every peer of a running swarm local, in JSON and in text") {
   const fs::path dir = temp_dir("swarm-status");
   fs::create_directories(dir);

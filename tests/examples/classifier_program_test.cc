@@ -1,0 +1,107 @@
+// The classifier of examples/classifier, a model that is not the GPT, given the
+// program's roles by its plug-in (swarm::cli::main<Classifier>): `local` trains it
+// with peer processes of the same binary, with and without a secret, and
+// `status` shows its peers while it runs.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <doctest/doctest.h>
+
+#include "tests/apps/swarm_process.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using namespace swarm::test_apps;
+
+constexpr const char* kClassifier = "examples/classifier/classifier";
+
+struct Losses {
+  double first_train = 0, last_train = 0, validation = 0;
+  long long abandoned = -1;
+};
+
+// From the summary lines `local` ends with.
+Losses summary_of(const std::string& output) {
+  Losses losses;
+  std::smatch m;
+  if (std::regex_search(output, m, std::regex(R"(train loss ([0-9.]+) -> ([0-9.]+) \| validation loss ([0-9.]+) nats/sample)"))) {
+    losses.first_train = std::stod(m[1]);
+    losses.last_train = std::stod(m[2]);
+    losses.validation = std::stod(m[3]);
+  }
+  if (std::regex_search(output, m, std::regex(R"((\d+) abandoned, \d+ retries)"))) losses.abandoned = std::stoll(m[1]);
+  return losses;
+}
+
+void check_trained(const std::string& output, const fs::path& run_dir) {
+  INFO(output);
+  const Losses losses = summary_of(output);
+  CHECK(losses.first_train > 0.9);  // about ln 3 at the start
+  CHECK(losses.last_train < 0.3 * losses.first_train);
+  CHECK(losses.validation < 0.3 * losses.first_train);
+  CHECK(losses.abandoned == 0);
+  CHECK(fs::file_size(run_dir / "report.html") > 1000);
+  const auto config = nlohmann::json::parse(read_all(run_dir / "config.json"));
+  CHECK(config["model_name"] == "classifier");
+  CHECK(config["stages"] == 2);
+}
+
+}  // namespace
+
+TEST_CASE("a model of one's own trains through `local`: loss falls, nothing abandoned, a report written") {
+  const fs::path dir = temp_dir("classifier-local");
+  const Run run = run_command(fmt::format("{} local --run-dir {} --steps 150 --microbatch 16 --rebalance-period 0 2>&1",
+                                          kClassifier, dir.string()));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  check_trained(run.output, dir);
+  // Both stage types served by peer processes of the same binary.
+  int serving[2] = {0, 0};
+  for (const auto& entry : fs::directory_iterator(dir / "peers")) {
+    for (int stage = 0; stage < 2; ++stage) {
+      serving[stage] += read_all(entry.path()).find(fmt::format("serving stage {} of 2", stage)) != std::string::npos;
+    }
+  }
+  CHECK(serving[0] == 2);
+  CHECK(serving[1] == 2);
+}
+
+TEST_CASE("with --secret, the model's swarm is sealed, and `status` shows its peers while it trains") {
+  const fs::path dir = temp_dir("classifier-secret");
+  fs::create_directories(dir);
+  const fs::path log = dir / "local.log";
+  const pid_t local = spawn({"local", "--run-dir", (dir / "run").string(), "--secret", "classifier-test",
+                             "--microbatch", "16", "--steps", "100000", "--time-limit", "12", "--rebalance-period", "0"},
+                            log, kClassifier);
+  Reaped reaped{local};
+  const std::string port = wait_for(log, R"(registry: OpenDHT via 127\.0\.0\.1:(\d+), sealed records, CURVE)", 30s);
+  wait_for(log, R"(all 2 stages served after [0-9.]+ s; training)", 60s);
+
+  const Run status = run_command(fmt::format("{} status --bootstrap 127.0.0.1:{} --secret classifier-test --json "
+                                             "2>/dev/null",
+                                             kClassifier, port));
+  INFO(status.output);
+  REQUIRE(status.exit_code == 0);
+  const auto shown = nlohmann::json::parse(status.output);
+  CHECK(shown["secured"] == true);
+  REQUIRE(shown["peers"].size() == 4);
+  for (const auto& peer : shown["peers"]) CHECK(peer["address"].get<std::string>().rfind("tcp://127.0.0.1:", 0) == 0);
+
+  const int exit_status = wait_exit(local, 90s);
+  reaped.done = true;
+  CHECK(WIFEXITED(exit_status));
+  CHECK(WEXITSTATUS(exit_status) == 0);
+  const std::string output = read_all(log);
+  CHECK(output.find("stopped by: time limit") != std::string::npos);
+  check_trained(output, dir / "run");
+}
