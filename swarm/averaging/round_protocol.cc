@@ -666,19 +666,31 @@ void StageRounds::exclude(const std::string& id, const std::string& why) {
   b.until = b.deposed_until = std::numeric_limits<double>::infinity();
   joiners_.erase(id);
   ++counters_.banned;
-  events_.push_back({RoundEvent::Kind::banned, group_->round.spec().step, group_->round.spec().group, false, 0,
-                     fmt::format("{} banned from the stage's rounds: {}", id, why)});
+  const int64_t step = group_ ? group_->round.spec().step : replica_->step();
+  const uint64_t group = group_ ? group_->round.spec().group : 0;  // out of any (a finished group's forgery)
+  events_.push_back({RoundEvent::Kind::banned, step, group, false, 0, fmt::format("{} banned from the stage's rounds: {}", id, why)});
 }
 
 // In a robust round every member reduces the whole gradient itself: a reduced
 // part is not a slip of an honest member but an attempt to hand the others an
 // average, so its sender is banned on the spot.
 void StageRounds::ban_if_forged_reduction(const RoundMessage& m) {
-  if (m.phase != 1 || !group_->round.robust() || m.sender == config_.peer_id || bans_.banned(m.sender)) return;
-  if (group_->round.member_index(m.sender) < 0) return;
+  ban_if_forged_reduction(m, group_->round.robust(), group_->round.member_index(m.sender) >= 0,
+                          static_cast<size_t>(group_->round.size()));
+}
+
+void StageRounds::ban_if_forged_reduction(const RoundMessage& m, bool robust, bool from_member, size_t round_size) {
+  if (m.phase != 1 || !robust || !from_member || m.sender == config_.peer_id || bans_.banned(m.sender)) return;
   exclude(m.sender, bans_.caught(m.sender, fmt::format("it sent a reduced part in a round of {}, where every member "
                                                        "reduces for itself",
-                                                       group_->round.size())));
+                                                       round_size)));
+}
+
+void StageRounds::remember_finished() {
+  FinishedGroup f{group_->round.spec().group, group_->round.robust(), {}};
+  for (const auto& member : group_->round.spec().members) f.members.push_back(member.peer_id);
+  finished_groups_.push_back(std::move(f));
+  if (finished_groups_.size() > 16) finished_groups_.pop_front();
 }
 
 void StageRounds::commit(double now) {
@@ -741,8 +753,7 @@ void StageRounds::apply(bool led, int64_t steps, double now) {
   set_membership(std::move(members));
   voted_groups_.clear();  // settled: no round before this one can still be committed without it
   committed_group_ = spec.group;
-  finished_groups_.push_back(spec.group);
-  if (finished_groups_.size() > 16) finished_groups_.pop_front();
+  remember_finished();
   group_.reset();
   held_.reset();
   joiners_.clear();
@@ -778,8 +789,7 @@ void StageRounds::abort_group(const std::string& why, bool tell_others, double n
       send(member.peer_id, member.address, std::move(m));
     }
   }
-  finished_groups_.push_back(spec.group);
-  if (finished_groups_.size() > 16) finished_groups_.pop_front();
+  remember_finished();
   group_.reset();  // the gradient stays held for the next attempt
   replica_->round_aborted();
   ++counters_.rounds_aborted;
@@ -843,7 +853,7 @@ void StageRounds::published(double now) {
 
 void StageRounds::drop_held() {
   if (group_) {
-    finished_groups_.push_back(group_->round.spec().group);
+    remember_finished();
     group_.reset();
   }
   if (held_) replica_->lose_round_samples();
@@ -1030,7 +1040,15 @@ Status StageRounds::on_part(const RoundMessage& m, double now) {
     after_progress(now);
     return Status::ok();
   }
-  const bool finished = std::find(finished_groups_.begin(), finished_groups_.end(), m.group) != finished_groups_.end();
+  const auto ended = std::find_if(finished_groups_.begin(), finished_groups_.end(),
+                                 [&](const FinishedGroup& f) { return f.group == m.group; });
+  const bool finished = ended != finished_groups_.end();
+  // The forgery may come after its round ended here (its leader aborted on banning
+  // the forger, say): proof all the same (round_attacks_test).
+  if (finished) {
+    const bool from_member = std::find(ended->members.begin(), ended->members.end(), m.sender) != ended->members.end();
+    ban_if_forged_reduction(m, ended->robust, from_member, ended->members.size());
+  }
   // Its BEGIN is on its way: held, bounded, until the group starts.
   const bool early = !finished && !group_ && mode_ == Mode::serving && m.step == replica_->step() &&
                      !leader_.empty() && m.leader == leader_ && leader_ != config_.peer_id;

@@ -253,6 +253,8 @@ class StageRounds {
   void judge_contributions(double now);
   void exclude(const std::string& id, const std::string& why);
   void ban_if_forged_reduction(const RoundMessage& m);
+  void ban_if_forged_reduction(const RoundMessage& m, bool robust, bool from_member, size_t round_size);
+  void remember_finished();  // group_'s
   void forge_reduced_parts();
   void commit(double now);
   void apply(bool led, int64_t steps, double now);
@@ -321,7 +323,14 @@ class StageRounds {
   // A process restarted under its id has forgotten the DONEs it sent: see earlier_life_settled.
   const double born_at_;
   std::set<std::string> out_of_round_since_born_;  // mates whose record since born_at_ showed them in no round
-  std::deque<uint64_t> finished_groups_;  // aborted or committed lately: their parts are refused
+  // Aborted or committed lately: their parts are refused, and a reduced part in
+  // one where every member reduced for itself is proof against its sender still.
+  struct FinishedGroup {
+    uint64_t group = 0;
+    bool robust = false;
+    std::vector<std::string> members;
+  };
+  std::deque<FinishedGroup> finished_groups_;
 
   std::vector<Outgoing> outbox_;
   std::vector<RoundEvent> events_;
