@@ -1,6 +1,5 @@
 #include "apps/compute_options.h"
 
-#include "kernels/cuda/cuda_backend.h"
 
 namespace swarm::apps {
 
@@ -47,13 +46,6 @@ std::vector<std::string> compute_flags(const ComputeOptions& o) {
     flags.push_back(o.precision);
   }
   return flags;
-}
-
-Status ensure_compute_device(ComputeBackend backend) {
-  if (!is_cuda(backend)) return Status::ok();
-  Status ready = CudaBackend::initialize();
-  if (ready.is_ok()) return ready;
-  return unavailable("--device cuda: no usable CUDA GPU here: {}", ready.message());
 }
 
 }  // namespace swarm::apps

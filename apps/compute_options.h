@@ -11,7 +11,7 @@
 // at once, so a role without a usable GPU stops before it joins a swarm.
 //
 //   SWARM_ASSIGN_OR_RETURN(ComputeBackend backend, parse_compute(options.compute));
-//   SWARM_RETURN_IF_ERROR(ensure_compute_device(backend));
+//   SWARM_RETURN_IF_ERROR(ensure_compute_device(backend));    // compute_device.h: links CUDA
 #pragma once
 
 #include <string>
@@ -37,9 +37,5 @@ std::string describe(ComputeBackend backend);
 bool is_cuda(ComputeBackend backend);
 // The flags that select `options` again, for a role that starts others.
 std::vector<std::string> compute_flags(const ComputeOptions& options);
-
-// For a CUDA backend: the GPU is there and its allocator installs; otherwise
-// unavailable, naming CUDA and the reason. Always ok for the CPU.
-Status ensure_compute_device(ComputeBackend backend);
 
 }  // namespace swarm::apps

@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include "apps/compute_device.h"
+
 #include "swarm/data/batch_sampler.h"
 #include "swarm/data/split.h"
 #include "swarm/data/token_dataset.h"
@@ -101,6 +103,8 @@ Result<cli::Data<AnyDataSource>> GptModel::data(const Options& options, const Da
   data.validation_unit = "windows";
   return data;
 }
+
+Status GptModel::check_device(ComputeBackend backend) { return ensure_compute_device(backend); }
 
 int GptModel::serve(const PeerServing& serving, const Options& options) {
   const Result<ComputeBackend> backend = parse_compute(serving.options.compute);

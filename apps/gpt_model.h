@@ -39,6 +39,8 @@ struct GptModel {
   // Validation: the first validation_samples windows of the held-out split, 8 per microbatch.
   static Result<cli::Data<AnyDataSource>> data(const Options& options, const DataPlan& plan);
   static int serve(const PeerServing& serving, const Options& options);
+  // The CPU, or a CUDA backend where a GPU is.
+  static Status check_device(ComputeBackend backend);
 };
 
 static_assert(cli::Model<GptModel>);

@@ -685,7 +685,7 @@ Status check_options(const LocalSwarmOptions& o) {
   SWARM_RETURN_IF_ERROR(o.model->prepare(o.stages));
   // The peers would each fail the same way; say it once, before any starts.
   SWARM_ASSIGN_OR_RETURN(ComputeBackend backend, parse_compute(o.compute));
-  return o.bootstrap.empty() ? ensure_compute_device(backend) : Status::ok();
+  return o.bootstrap.empty() ? o.model->check_device(backend) : Status::ok();
 }
 
 // --slow-peer STAGE:FACTOR; stage -1 when not given.

@@ -1,5 +1,7 @@
 #include "apps/local_training.h"
 
+#include "apps/compute_device.h"
+
 #include "apps/local_training_impl.h"
 
 #include <filesystem>

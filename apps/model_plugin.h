@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "apps/compute_options.h"
 #include "swarm/api/data_source.h"
 #include "swarm/core/status.h"
 #include "swarm/data/any_data_source.h"
@@ -59,6 +60,8 @@ class ModelPlugin {
   // Entries of config.json that describe the model to readers of a run (the report).
   virtual nlohmann::json describe() const = 0;
   virtual Result<ModelData> load_data(const DataPlan& plan) = 0;
+  // Whether this machine can compute the model's stages on `backend` (--device).
+  virtual Status check_device(ComputeBackend backend) = 0;
   // `swarm peer` once it has joined: serves until a stop signal; the exit status.
   virtual int serve(const PeerServing& serving) = 0;
 };

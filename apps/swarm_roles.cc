@@ -134,7 +134,7 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
     return 2;
   }
   // Before joining anything: a peer that cannot compute must not announce itself.
-  if (Status ready = ensure_compute_device(*backend); !ready.is_ok()) {
+  if (Status ready = model.check_device(*backend); !ready.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", ready.message());
     return 2;
   }

@@ -11,11 +11,14 @@ load("//tools:flags.bzl", "NVCC_OPTS", "NVCC_OPTS_PORTABLE")
 NVCC = "/usr/local/cuda/bin/nvcc"
 
 def _nvcc_command(opts, src):
+    # Built as another workspace's @swarm, swarm's includes are rooted there.
+    repository = native.repository_name().lstrip("@")
+    root = "external/%s" % repository if repository else "."
     return " ".join([
         NVCC,
         " ".join(opts),
-        "-I.",
-        "-I$(GENDIR)",
+        "-I%s" % root,
+        "-I$(GENDIR)/%s" % root,
         "-isystem /usr/include/eigen3",
         "-c $(location %s)" % src,
         "-o $@",

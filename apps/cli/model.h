@@ -22,6 +22,7 @@
 //   static Status prepare(Options&, int stages);              derive and check before any process starts
 //   static nlohmann::json describe(const Options&);           config.json entries (default: "model": options)
 //   static int serve(const apps::PeerServing&, const Options&);  serve its own way (the GPT: per --device)
+//   static Status check_device(apps::ComputeBackend);          the devices it computes on (default: CPU fp32)
 //
 // A model without serve() computes on the CPU backend: its stages' own code.
 #pragma once
@@ -153,6 +154,14 @@ class ModelPluginOf final : public apps::ModelPlugin {
     erased.loss_unit = std::move(data->loss_unit);
     erased.validation_unit = std::move(data->validation_unit);
     return erased;
+  }
+
+  Status check_device(apps::ComputeBackend backend) override {
+    if constexpr (requires { { M::check_device(backend) } -> std::same_as<Status>; }) {
+      return M::check_device(backend);
+    }
+    if (backend == apps::ComputeBackend::cpu_fp32) return Status::ok();
+    return invalid_argument("model {} computes on the CPU (fp32) only, not {}", M::name, apps::describe(backend));
   }
 
   int serve(const apps::PeerServing& serving) override {

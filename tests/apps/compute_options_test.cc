@@ -2,6 +2,7 @@
 // which are refused by name, and that every role asked for CUDA on a machine
 // without a usable GPU stops at once with a message naming CUDA and a
 // non-zero status, before it writes a run directory or joins a registry.
+#include "apps/compute_device.h"
 #include "apps/compute_options.h"
 
 #include <chrono>
