@@ -34,6 +34,8 @@
 #include "swarm/trainer/trainer.h"
 #include "swarm/trainer/training_loop.h"
 #include "swarm/wiring/stochastic_wiring.h"
+#include "transports/netem/link_model.h"
+#include "transports/netem/netem_transport.h"
 #include "transports/zmq/zmq_transport.h"
 
 namespace swarm::apps {
@@ -41,7 +43,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-using SwarmTrainer = Trainer<StochasticWiringRouter, ZmqTransport, DhtRegistry, compression::StandardCodecs>;
+// Over an emulated link to every peer where --link names one, else a perfect one.
+using SwarmTrainer =
+    Trainer<StochasticWiringRouter, NetemTransport<ZmqTransport>, DhtRegistry, compression::StandardCodecs>;
 
 // Appends JSON lines; every record gets "time" (seconds since the run began).
 class MetricsWriter {
@@ -682,6 +686,7 @@ Status check_options(const LocalSwarmOptions& o) {
     return invalid_argument("--rebalance-period {} must be a number of seconds >= 0", o.rebalance_period_seconds);
   }
   SWARM_RETURN_IF_ERROR(parse_wire_codecs(o.codec, o.gradient_codec).status());
+  if (!o.link.empty()) SWARM_RETURN_IF_ERROR(netem::parse_link(o.link).status().with_context("--link"));
   SWARM_RETURN_IF_ERROR(o.model->prepare(o.stages));
   // The peers would each fail the same way; say it once, before any starts.
   SWARM_ASSIGN_OR_RETURN(ComputeBackend backend, parse_compute(o.compute));
@@ -743,6 +748,7 @@ Status create_run_dir(const LocalSwarmOptions& o) {
       {"rebalance_period_seconds", o.rebalance_period_seconds},
       {"emulated_seconds_per_sample", o.emulated_seconds_per_sample},
       {"transport", "zmq"},
+      {"link", o.link},
       {"codec", o.codec},
       {"gradient_codec", gradient_codec_name(o.codec, o.gradient_codec)},
       {"device", o.compute.device},
@@ -854,6 +860,9 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   SWARM_ASSIGN_OR_RETURN(const WireCodecs codecs, parse_wire_codecs(o.codec, o.gradient_codec));
   config.codec = codecs.activations;
   config.gradient_codec = codecs.gradients;
+  if (!o.link.empty()) {
+    SWARM_ASSIGN_OR_RETURN(config.client.link, netem::parse_link(o.link));
+  }
   std::vector<std::unique_ptr<SwarmTrainer>> trainers;
   for (int t = 0; t < o.trainers; ++t) {
     config.trainer_id = fmt::format("trainer{}", t);

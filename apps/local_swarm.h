@@ -62,6 +62,9 @@ struct LocalSwarmOptions {
   ComputeOptions compute;         // every peer's --device, --precision, --attention
   std::string codec = "8bit";     // activations and all-reduce parts: 8bit|4bit|fp16|bf16|none
   std::string gradient_codec;     // the backward's gradients; empty: codec
+  // "RATE,LATENCY" (netem's "200mbit,50ms"): the trainers' link to every peer,
+  // emulated each way; empty: the network as it is.
+  std::string link;
   int eval_windows = 32;          // validation samples (a GPT's: windows) evaluated at the end
   double forward_timeout_seconds = 10;
   double backward_timeout_seconds = 20;

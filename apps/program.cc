@@ -148,6 +148,9 @@ void add_swarm_options(CLI::App* command, LocalSwarmOptions* o) {
       ->capture_default_str();
   command->add_option("--time-limit", o->time_limit_seconds, "Stop training after this many seconds (0: none)")
       ->capture_default_str();
+  command->add_option("--link", o->link,
+                      "Emulate a slow link from the trainers to every peer, each way: RATE,LATENCY in tc's units "
+                      "(\"200mbit,50ms\"; 0 for either is none)");
   add_secret_option(command, &o->secret);
 }
 

@@ -105,3 +105,40 @@ TEST_CASE("with --secret, the model's swarm is sealed, and `status` shows its pe
   CHECK(output.find("stopped by: time limit") != std::string::npos);
   check_trained(output, dir / "run");
 }
+
+namespace {
+
+// The rate `local` ends with: the model's units (here samples) per second.
+double rate_of(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex(R"(\| ([0-9.]+) tokens/s)")) ? std::stod(m[1]) : -1;
+}
+
+}  // namespace
+
+// Every call of the trainers crosses the emulated link each way: four 20 ms hops
+// per microbatch, where the classifier computes one in well under a millisecond.
+TEST_CASE("a slow link set by --link shows in the run's rate; a malformed one is refused by name") {
+  const fs::path dir = temp_dir("classifier-link");
+  auto train = [&](const std::string& name, const std::string& extra) {
+    return run_command(fmt::format("{} local --run-dir {} --steps 30 --microbatch 16 --rebalance-period 0 {} 2>&1",
+                                   kClassifier, (dir / name).string(), extra));
+  };
+  const Run perfect = train("perfect", "");
+  const Run slow = train("slow", "--link 10mbit,20ms");
+  INFO(perfect.output);
+  INFO(slow.output);
+  REQUIRE(perfect.exit_code == 0);
+  REQUIRE(slow.exit_code == 0);
+  const double perfect_rate = rate_of(perfect.output), slow_rate = rate_of(slow.output);
+  MESSAGE(fmt::format("samples/s: {:.0f} over loopback, {:.0f} over 10mbit,20ms links", perfect_rate, slow_rate));
+  CHECK(slow_rate > 0);
+  CHECK(slow_rate < 0.5 * perfect_rate);
+  CHECK(summary_of(slow.output).abandoned == 0);
+  CHECK(nlohmann::json::parse(read_all(dir / "slow" / "config.json"))["link"] == "10mbit,20ms");
+
+  const Run bad = train("bad", "--link fast");
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.output.find("--link") != std::string::npos);
+  CHECK(!fs::exists(dir / "bad" / "peers"));  // refused before any process started
+}

@@ -35,6 +35,11 @@ struct LinkSpec {
 
   // invalid_argument for negative values or a loss outside [0, 1].
   Status validate() const;
+  // No bandwidth limit, delay or loss: the link is the network underneath.
+  bool perfect() const {
+    return bandwidth_bytes_per_s == 0 && latency == Duration::zero() && jitter == Duration::zero() &&
+           loss_probability == 0;
+  }
 };
 
 // "200mbit,50ms": a bandwidth in tc's units (bit, kbit, mbit, gbit: per second,

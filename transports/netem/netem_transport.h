@@ -89,12 +89,17 @@ class NetemClient {
 
   // Never blocks. A message the link loses is simply never delivered, so its
   // call ends with deadline_exceeded, as it would on a real network.
-  Call call(wire::Frames request, Deadline deadline) { return core_->call(std::move(request), deadline); }
+  Call call(wire::Frames request, Deadline deadline) {
+    if (core_->direct) return core_->inner.call(std::move(request), deadline);
+    return core_->call(std::move(request), deadline);
+  }
   // not_found when the call is unknown or already complete.
-  Status cancel(CallId id) { return core_->cancel(id); }
+  Status cancel(CallId id) { return core_->direct ? core_->inner.cancel(id) : core_->cancel(id); }
   decltype(auto) identity() const { return core_->inner.identity(); }
   // What the application sent and received, lost messages included on the sending side.
-  const TransportCounters& counters() const { return core_->counters; }
+  const TransportCounters& counters() const { return core_->direct ? core_->inner.counters() : core_->counters; }
+  // Whether calls go straight to the inner client: a perfect link both ways and no faults.
+  bool direct() const { return core_->direct; }
   // What actually crossed the emulated link, for comparing with counters().
   const inner_client_type& inner() const { return core_->inner; }
 
@@ -107,6 +112,10 @@ class NetemClient {
   struct Core {
     inner_client_type inner;  // first, so destroyed last: it cancels its own calls
     NetemOptions options;
+    // A perfect link both ways and no faults: calls skip the scheduler, whose
+    // polling costs every reply up to poll_interval and a thread per client (a
+    // program that runs over netem only when told to pays nothing otherwise).
+    bool direct = false;
     std::string peer;
     TransportCounters counters;
 
@@ -355,9 +364,12 @@ struct NetemTransport {
     if constexpr (std::convertible_to<const address_type&, std::string>) {
       if (peer.empty()) peer = address;
     }
+    const bool direct = options.netem.up.perfect() && options.netem.down.perfect() &&
+                        options.netem.faults.faults().empty();
     auto core = std::make_unique<typename client_type::Core>(std::move(inner), std::move(options.netem),
                                                              std::move(peer));
-    core->start();
+    core->direct = direct;
+    if (!direct) core->start();
     return client_type(std::move(core));
   }
 };

@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <string_view>
@@ -83,6 +84,36 @@ TEST_CASE("code written against the concept runs over a perfect emulated link") 
   CHECK(client->counters().bytes_received == 8);
   CHECK(client->inner().counters().bytes_received == 8);
   CHECK(client->identity().id == client->inner().identity().id);
+}
+
+// Threads of this process, from /proc: the scheduler is one per emulating client.
+int threads_now() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// A program that runs over netem only when told to (the `swarm` program's
+// trainers, with and without --link) pays nothing for it otherwise: no scheduler
+// thread, and no poll between a reply and its caller.
+TEST_CASE("a perfect link without faults passes calls straight to the transport underneath") {
+  InprocServer server = serve_or_die("inproc://netem-direct", echo());
+  const int before = threads_now();
+  auto perfect = connect_or_die(server.address(), NetemOptions{});
+  CHECK(perfect.direct());
+  CHECK(threads_now() == before);
+  auto reply = ping<Netem>(perfect, generous());
+  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
+  CHECK(perfect.counters().messages_sent == 1);
+  CHECK(perfect.counters().bytes_received == 4);
+
+  auto slow = connect_or_die(server.address(), NetemOptions{.up = {.latency = milliseconds(1)}});
+  CHECK_FALSE(slow.direct());
+  CHECK(threads_now() == before + 1);
+  netem::FaultSchedule faults;
+  faults.drop_between("", Clock::now() + seconds(60), Clock::now() + seconds(61));
+  auto faulty = connect_or_die(server.address(), NetemOptions{.faults = faults});
+  CHECK_FALSE(faulty.direct());
 }
 
 TEST_CASE("a link parsed from text, set in the concept's ClientOptions, is emulated; a real transport refuses it") {
