@@ -101,6 +101,7 @@ Result<cli::Data<AnyDataSource>> GptModel::data(const Options& options, const Da
   }
   data.loss_unit = options.gpt2_tokens ? "token" : "byte";
   data.validation_unit = "windows";
+  data.rate_unit = "tokens";
   return data;
 }
 

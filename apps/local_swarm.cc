@@ -396,8 +396,14 @@ class RunRecorder {
  public:
   RunRecorder(const LocalSwarmOptions& o, DhtRegistry* registry,
               const std::vector<std::unique_ptr<SwarmTrainer>>* trainers, MetricsWriter* metrics,
-              const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known)
-      : o_(o), registry_(registry), trainers_(trainers), metrics_(metrics), print_(print), known_(std::move(known)) {
+              const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known, std::string rate_unit)
+      : o_(o),
+        registry_(registry),
+        trainers_(trainers),
+        metrics_(metrics),
+        print_(print),
+        known_(std::move(known)),
+        rate_unit_(std::move(rate_unit)) {
     for (const auto& [id, peer] : known_) {
       ever_known_[{id, peer.stage}] = peer;
       last_stage_[id] = peer.stage;
@@ -596,9 +602,9 @@ class RunRecorder {
       stages += fmt::format("{}stage {}: {} peer{}, global step {}", s ? " | " : "", s, peers[s], peers[s] == 1 ? "" : "s",
                             s < static_cast<int>(steps.size()) ? steps[s] : 0);
     }
-    print_(fmt::format("step {:4d}/{} | loss {} | {:6.0f} tok/s | ETA {} | {:.0f} s\n{}\nretries {} | bans {} | "
+    print_(fmt::format("step {:4d}/{} | loss {} | {:6.0f} {}/s | ETA {} | {:.0f} s\n{}\nretries {} | bans {} | "
                        "abandoned {}",
-                       report.step, o_.steps, format_loss(report.loss), report.tokens_per_second, eta, elapsed,
+                       report.step, o_.steps, format_loss(report.loss), report.tokens_per_second, rate_unit_, eta, elapsed,
                        stages, report.ledger.retries, bans_, report.ledger.abandoned),
            true);
   }
@@ -609,6 +615,7 @@ class RunRecorder {
   MetricsWriter* metrics_;
   const LineSink& print_;
   std::map<std::string, PeerAnnouncementRecord> known_;
+  std::string rate_unit_;  // the live line's "samples/s" (a GPT's: tokens)
   // By (peer, stage): lost ones too, and every stage a peer served, for their ledgers.
   std::map<std::pair<std::string, int>, PeerAnnouncementRecord> ever_known_;
   std::map<std::string, int> last_stage_;
@@ -925,6 +932,7 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const ModelData& data, 
   report.stopped_because = stop_reason_text(summary.stopped_by);
   report.loss_unit = data.loss_unit;
   report.validation_unit = data.validation_unit;
+  report.rate_unit = data.rate_unit;
   report.tokens_per_second = static_cast<double>(summary.tokens) / std::max(1e-9, summary.seconds);
   report.microbatches_started = summary.ledger.started;
   report.microbatches_completed = summary.ledger.completed;
@@ -952,7 +960,7 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
     run.metrics.write({{"kind", "event"}, {"event", "resumed"}, {"peer", ""}, {"step", run.start_step}});
     print(fmt::format("resumed {} at global step {}", o.run_dir, run.start_step), false);
   }
-  RunRecorder recorder(o, &run.registry, &trainers, &run.metrics, print, std::move(run.known));
+  RunRecorder recorder(o, &run.registry, &trainers, &run.metrics, print, std::move(run.known), run.data.rate_unit);
   std::vector<SwarmTrainer*> pointers;
   for (auto& trainer : trainers) pointers.push_back(trainer.get());
   TrainingLoop<SwarmTrainer, AnyDataSource> loop(std::move(pointers), std::move(run.data.sources),

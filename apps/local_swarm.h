@@ -100,6 +100,7 @@ inline constexpr double kTimeLimitGraceSeconds = 20.0;
 struct LocalSwarmReport {
   std::string loss_unit = "sample";          // losses are nats per this (a GPT: byte or token)
   std::string validation_unit = "samples";   // what validation_windows counts (a GPT: windows)
+  std::string rate_unit = "samples";         // what tokens_per_second counts (a GPT: tokens)
   int steps = 0;
   double seconds = 0;
   double first_loss = 0;

@@ -43,6 +43,7 @@ struct ModelData {
   std::vector<Microbatch> validation;  // held out, evaluated at the end
   std::string loss_unit = "sample";    // losses are nats per this
   std::string validation_unit = "samples";  // what the validation's progress counts (rows)
+  std::string rate_unit = "samples";        // what a microbatch's units count, per second in the rates
 };
 
 class ModelPlugin {

@@ -71,9 +71,9 @@ int run_swarm(const LocalSwarmOptions& options, const char* name) {
     return 1;
   }
   fmt::print("done: {} steps in {:.0f} s, stopped by: {} | train loss {:.4f} -> {:.4f} | validation loss {} | "
-             "{:.0f} tokens/s\n",
+             "{:.0f} {}/s\n",
              report->steps, report->seconds, report->stopped_because, report->first_loss, report->last_loss,
-             validation_text(*report), report->tokens_per_second);
+             validation_text(*report), report->tokens_per_second, report->rate_unit);
   fmt::print("stages: global steps {} | replicas with differing parameter hashes: {} (stage, step) pairs | "
              "unvouched progress records refused: {}\n",
              fmt::join(report->global_steps, ","), report->replica_mismatches, report->unvouched_records);

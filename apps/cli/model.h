@@ -60,6 +60,7 @@ struct Data {
   std::vector<Microbatch> validation;
   std::string loss_unit = "sample";         // losses are nats per this
   std::string validation_unit = "samples";  // what validation progress counts (rows)
+  std::string rate_unit = "samples";        // what a Microbatch's units count (the rates' "samples/s")
 };
 
 // The options of a model that declares none.
@@ -153,6 +154,7 @@ class ModelPluginOf final : public apps::ModelPlugin {
     erased.validation = std::move(data->validation);
     erased.loss_unit = std::move(data->loss_unit);
     erased.validation_unit = std::move(data->validation_unit);
+    erased.rate_unit = std::move(data->rate_unit);
     return erased;
   }
 

@@ -111,7 +111,7 @@ namespace {
 // The rate `local` ends with: the model's units (here samples) per second.
 double rate_of(const std::string& output) {
   std::smatch m;
-  return std::regex_search(output, m, std::regex(R"(\| ([0-9.]+) tokens/s)")) ? std::stod(m[1]) : -1;
+  return std::regex_search(output, m, std::regex(R"(\| ([0-9.]+) samples/s)")) ? std::stod(m[1]) : -1;
 }
 
 }  // namespace
