@@ -1,9 +1,9 @@
 // rebalancing: the peer's part that runs adaptive rebalancing (swarm/rebalance).
 //
 // Every second it asks whether the policy's next (jittered) check is due. If so it
-// reads every stage's announcements, adds this peer as it is now (a young DHT
-// node's view may miss its own record), and hands them to the pure Rebalancer,
-// which says stay or move. Moving itself is the peer's job (Peer::move_to); this
+// reads every stage's announcements, adds this peer as it is now where they miss
+// it (rebalance::planning_view), and hands them to the pure Rebalancer, which says
+// stay or move. Moving itself is the peer's job (Peer::move_to); this
 // part only decides, on its own thread, so a move never blocks a request.
 //
 //   Rebalancing<DhtRegistry> part(config, "p03", 2, seed, &registry, self, may_check, move);
@@ -76,9 +76,7 @@ class Rebalancing {
     int64_t refused = 0;
     std::vector<rebalance::PeerLoad> loads = announced_loads(*registry_, num_stages_, &refused);
     refused_ += refused;
-    const Self self = self_();
-    std::erase_if(loads, [&](const rebalance::PeerLoad& p) { return p.peer_id == self.peer_id; });
-    loads.push_back(self);
+    loads = rebalance::planning_view(std::move(loads), self_());
     ++checks_;
     const rebalance::Decision decision = policy_.check(loads, num_stages_, now);
     log_check(decision, loads.size());

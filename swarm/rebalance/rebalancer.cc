@@ -177,6 +177,15 @@ int bottleneck_stage(const std::vector<StageLoad>& loads) {
   return bottleneck != nullptr ? bottleneck->stage : loads.front().stage;
 }
 
+std::vector<PeerLoad> planning_view(std::vector<PeerLoad> announced, const PeerLoad& self) {
+  const auto own = std::find_if(announced.begin(), announced.end(),
+                                [&](const PeerLoad& p) { return p.peer_id == self.peer_id; });
+  if (own != announced.end() && own->stage == self.stage) return announced;
+  std::erase_if(announced, [&](const PeerLoad& p) { return p.peer_id == self.peer_id; });
+  announced.push_back(self);
+  return announced;
+}
+
 std::optional<PlannedMove> plan_move(const RebalanceConfig& config, const std::vector<PeerLoad>& peers,
                                      int num_stages) {
   if (num_stages < 2) return std::nullopt;

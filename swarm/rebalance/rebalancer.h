@@ -84,6 +84,15 @@ double pipeline_throughput(const std::vector<StageLoad>& loads);
 // The stage that limits the pipeline (see the file comment). -1 for no stages.
 int bottleneck_stage(const std::vector<StageLoad>& loads);
 
+// The view a peer plans with: the registry's announcements, its own record among
+// them, so every peer plans on the same numbers and elects the same mover. `self`,
+// its load as it measures it now, stands in only where the registry shows no record
+// of it at its stage (a young DHT node's view may miss it; a peer that just moved is
+// announced at its old stage a while). Its fresh measurement in place of its record
+// made views differ: under load two equally fast peers each found itself the
+// slowest, and both moved (rebalancing_test under CI).
+std::vector<PeerLoad> planning_view(std::vector<PeerLoad> announced, const PeerLoad& self);
+
 // The one move this view calls for, without the confirmation rule: the same answer
 // for the same view at every peer. None when no move gains `min_gain`.
 std::optional<PlannedMove> plan_move(const RebalanceConfig& config, const std::vector<PeerLoad>& peers,

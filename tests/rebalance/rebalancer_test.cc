@@ -453,5 +453,39 @@ TEST_CASE("plan_move needs two stages, a donor and the configured gain") {
   CHECK(plan_move(demanding, view, 2));
 }
 
+// Under load a peer's fresh measurement of itself strays from the record it
+// published: p2 measures 8 samples/s where its record (and everyone else's view)
+// says 10, and p1 measures 10.5. Each planning with its own number in place of its
+// record, p2 found itself the slowest and p1 won the tie on its id: both moved
+// (rebalancing_test under CI: "moving mv-a" at mv-a and "moving mv-b" at mv-b).
+TEST_CASE("peers whose measurements of themselves differ from their records elect one mover") {
+  const std::vector<PeerLoad> announced = lopsided_view();
+  const RebalanceConfig config;
+  std::set<std::string> movers;
+  for (const PeerLoad& self : {peer("p1", 0, 10.5), peer("p2", 0, 8), peer("p3", 0, 10), peer("q1", 1, 9)}) {
+    const auto plan = plan_move(config, planning_view(announced, self), 2);
+    REQUIRE(plan);
+    movers.insert(plan->peer_id);
+  }
+  CHECK(movers == std::set<std::string>{"p1"});
+}
+
+TEST_CASE("a peer's own load stands in where the registry misses it or shows it at another stage") {
+  const std::vector<PeerLoad> announced = lopsided_view();
+  const std::vector<PeerLoad> missing = planning_view(announced, peer("p4", 1, 7));
+  REQUIRE(missing.size() == 5);
+  CHECK(missing.back().peer_id == "p4");
+  CHECK(missing.back().throughput == 7);
+  // p3 just moved to stage 1: its record still says stage 0.
+  const std::vector<PeerLoad> moved = planning_view(announced, peer("p3", 1, 0));
+  REQUIRE(moved.size() == 4);
+  CHECK(std::count_if(moved.begin(), moved.end(), [](const PeerLoad& p) { return p.peer_id == "p3"; }) == 1);
+  CHECK(moved.back().stage == 1);
+  // Where its record stands at its stage, the record counts, not its own number.
+  const std::vector<PeerLoad> recorded = planning_view(announced, peer("p2", 0, 3));
+  CHECK(recorded.size() == 4);
+  CHECK(std::all_of(recorded.begin(), recorded.end(), [](const PeerLoad& p) { return p.throughput == 10; }));
+}
+
 }  // namespace
 }  // namespace swarm::rebalance
