@@ -1,6 +1,5 @@
 #include "apps/compute_options.h"
 
-
 namespace swarm::apps {
 
 Result<ComputeBackend> parse_compute(const ComputeOptions& o) {
