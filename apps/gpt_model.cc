@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include <CLI/CLI.hpp>
+
 #include "apps/compute_device.h"
 
 #include "swarm/data/batch_sampler.h"

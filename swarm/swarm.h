@@ -32,6 +32,7 @@
 #include "swarm/registry/in_process_registry.h"
 #include "swarm/security/certificate.h"
 #include "swarm/security/identity.h"
+#include "swarm/stages/any_stage.h"
 #include "swarm/stages/variant_stage.h"
 #include "swarm/testing/stage_check.h"
 #include "swarm/trainer/trainer.h"

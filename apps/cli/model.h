@@ -19,6 +19,8 @@
 //   struct Options {...};                                     its options (default: none), JSON-serializable
 //                                                             (nlohmann: to_json/from_json), and
 //   static void add_options(CLI::App&, Options&);             their flags on local, trainer and peer
+//                                                             (include <CLI/CLI.hpp> for them: this
+//                                                             header leaves it out, to compile faster)
 //   static Status prepare(Options&, int stages);              derive and check before any process starts
 //   static nlohmann::json describe(const Options&);           config.json entries (default: "model": options)
 //   static int serve(const apps::PeerServing&, const Options&);  serve its own way (the GPT: per --device)
@@ -35,16 +37,15 @@
 #include <utility>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/any_stage_serving.h"
 #include "apps/compute_options.h"
 #include "apps/model_plugin.h"
-#include "apps/peer_serving.h"
-#include "apps/peer_serving_impl.h"
 #include "swarm/api/data_source.h"
 #include "swarm/api/stage.h"
+#include "swarm/stages/any_stage.h"
 
 namespace swarm::cli {
 
@@ -170,15 +171,12 @@ class ModelPluginOf final : public apps::ModelPlugin {
     if constexpr (ServesItself<M>) {
       return M::serve(serving, options_);
     } else {
-      auto backend = apps::parse_compute(serving.options.compute);
-      if (!backend.is_ok() || *backend != apps::ComputeBackend::cpu_fp32) {
-        fmt::print(stderr, "swarm peer: model {} computes on the CPU (fp32) only\n", M::name);
-        return 2;
-      }
-      StageFactory<typename M::Stage> make = [options = options_, seed = serving.options.seed](int stage) {
-        return M::make_stage(options, stage, seed);
+      auto make = [options = options_](int stage, uint64_t seed) -> Result<AnyStage> {
+        Result<typename M::Stage> made = M::make_stage(options, stage, seed);
+        if (!made.is_ok()) return made.status();
+        return AnyStage(std::move(made).value());
       };
-      return apps::serve_peer_with<typename M::Stage>(serving, std::move(make), "cpu fp32");
+      return apps::serve_cpu_stages(serving, name(), std::move(make));
     }
   }
 

@@ -9,7 +9,8 @@
 
 #include "apps/cli/main.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "swarm/swarm.h"
+#include "swarm/layers/layers.h"
+#include "swarm/stages/variant_stage.h"
 
 namespace L = swarm::layers;
 using Cpu = L::HostOps<swarm::CpuBackend>;
