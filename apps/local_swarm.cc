@@ -726,7 +726,7 @@ Result<ModelData> load_run_data(const LocalSwarmOptions& o, int64_t start_step) 
 }
 
 // The run directory, and its config.json unless the run resumes (it has one).
-Status create_run_dir(const LocalSwarmOptions& o) {
+Status create_run_dir(const LocalSwarmOptions& o, const ModelData& data) {
   std::error_code error;
   fs::create_directories(fs::path(o.run_dir) / "peers", error);
   if (!error) fs::create_directories(fs::path(o.run_dir) / "checkpoints", error);
@@ -764,6 +764,7 @@ Status create_run_dir(const LocalSwarmOptions& o) {
       {"registry", "opendht"},
       {"certified", o.certified},
       {"router", "stochastic_wiring"},
+      {"units", {{"loss", data.loss_unit}, {"rate", data.rate_unit}, {"validation", data.validation_unit}}},
   };
   const nlohmann::json described = o.model->describe();
   for (const auto& [key, value] : described.items()) config[key] = value;
@@ -1012,7 +1013,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   if (!chaos.empty() && !spawn) return invalid_argument("--chaos needs the peers that swarm local starts");
   // A bad path fails before any process starts.
   SWARM_ASSIGN_OR_RETURN(ModelData data, load_run_data(o, start_step));
-  SWARM_RETURN_IF_ERROR(create_run_dir(o));
+  SWARM_RETURN_IF_ERROR(create_run_dir(o, data));
   MetricsWriter metrics((fs::path(o.run_dir) / "metrics.jsonl").string(), started);
   if (!metrics.ok()) return permission_denied("cannot write {}/metrics.jsonl", o.run_dir);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -61,6 +62,11 @@ std::string show(const json& value) {
   return value.dump();
 }
 
+// "token" of "tokens": the unit of a per-unit label.
+std::string singular(const std::string& unit) {
+  return unit.size() > 1 && unit.back() == 's' ? unit.substr(0, unit.size() - 1) : unit;
+}
+
 std::string seconds_text(double s) {
   if (!std::isfinite(s)) return "?";
   if (s < 120) return fmt::format("{:.1f} s", s);
@@ -80,6 +86,19 @@ struct Counters {
   }
 };
 
+// A unit config.json names: a short word or two, or nothing (the page writes it into
+// titles and labels).
+std::optional<std::string> unit_of(const json& units, const char* key) {
+  const auto it = units.find(key);
+  if (it == units.end() || !it->is_string()) return std::nullopt;
+  const std::string& unit = it->get_ref<const std::string&>();
+  if (unit.empty() || unit.size() > 24) return std::nullopt;
+  for (char c : unit) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != ' ' && c != '-' && c != '_') return std::nullopt;
+  }
+  return unit;
+}
+
 class TimelineBuilder {
  public:
   explicit TimelineBuilder(const RunRecords& run) : run_(run) {
@@ -91,7 +110,14 @@ class TimelineBuilder {
       }
       microbatch_ = std::max(0, int_or(config, "microbatch", 0));
       const auto gpt2 = config.find("gpt2_tokens");
-      t_.gpt2_tokens = gpt2 != config.end() && gpt2->is_boolean() && gpt2->get<bool>();
+      if (gpt2 != config.end() && gpt2->is_boolean() && gpt2->get<bool>()) t_.loss_unit = "token";
+      if (t_.tokens_per_sample == 0) t_.rate_unit = "samples";
+      if (auto units = config.find("units"); units != config.end() && units->is_object()) {
+        if (auto unit = unit_of(*units, "loss")) t_.loss_unit = *unit;
+        if (auto unit = unit_of(*units, "rate")) t_.rate_unit = *unit;
+      }
+    } else {
+      t_.rate_unit = "samples";
     }
     grow(t_.stages);
   }
@@ -387,9 +413,9 @@ std::string plot_html(const Plot& plot) {
 
 std::vector<Plot> plots(const RunTimeline& t) {
   const std::vector<ChartMarker> markers = event_markers(t);
-  const std::string loss_unit = t.gpt2_tokens ? "nats/token" : "nats/byte";
-  const std::string token_axis = t.tokens_per_sample > 0 ? "tokens trained" : "samples trained (no sequence length in config.json)";
-  const std::string per_token = t.tokens_per_sample > 0 ? "token" : "sample";
+  const std::string loss_unit = "nats/" + t.loss_unit;
+  const std::string token_axis = t.rate_unit + " trained";
+  const std::string per_token = singular(t.rate_unit);
   const bool has_steps = !t.loss_by_time.empty();
   // y from 0, six x intervals; on a time axis, the events marked and the whole run's span.
   auto plot = [&](const char* id, std::string title, std::string caption, std::string x_label, std::string y_label) {
@@ -426,7 +452,7 @@ std::vector<Plot> plots(const RunTimeline& t) {
     out.push_back(std::move(p));
   }
   {
-    Plot p = plot("plot-loss-tokens", "Loss against tokens", "", token_axis, loss_unit);
+    Plot p = plot("plot-loss-tokens", "Loss against " + t.rate_unit, "", token_axis, loss_unit);
     p.chart.series.push_back(series("training loss", t.loss_by_tokens, 0));
     p.chart.series.push_back(series("validation loss", t.validation_by_tokens, 1));
     p.chart.series.back().markers = true;
@@ -434,8 +460,10 @@ std::vector<Plot> plots(const RunTimeline& t) {
     out.push_back(std::move(p));
   }
   {
-    Plot p = time_plot("plot-tokens-per-s", "Tokens per second", "Over the last 10 s, at each step.", "tokens/s");
-    p.chart.series.push_back(series("tokens/s", t.tokens_per_second, 0));
+    std::string title = t.rate_unit + " per second";
+    title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
+    Plot p = time_plot("plot-tokens-per-s", title, "Over the last 10 s, at each step.", t.rate_unit + "/s");
+    p.chart.series.push_back(series(t.rate_unit + "/s", t.tokens_per_second, 0));
     if (!has_finite(t.tokens_per_second)) p.no_data = "no step record has tokens_per_s";
     out.push_back(std::move(p));
   }
@@ -559,7 +587,7 @@ std::string summary_html(const RunRecords& run, const RunTimeline& t) {
     }
     table_row(&out, "last training loss", xml_escape(loss));
   }
-  const std::string unit = t.gpt2_tokens ? "nats/token" : "nats/byte";
+  const std::string unit = "nats/" + t.loss_unit;
   std::string validation = "not recorded (the run writes it once, after training)";
   if (t.validation_loss) {
     validation = fmt::format("<b id=\"validation-loss\">{:.4f}</b> {}", *t.validation_loss, unit);

@@ -73,7 +73,10 @@ struct RunEvent {
 struct RunTimeline {
   int stages = 0;             // config.json's, or one past the highest stage recorded
   int tokens_per_sample = 0;  // config.json's model.max_seq_len; 0: unknown (token axes then count samples)
-  bool gpt2_tokens = false;   // losses are nats per GPT-2 token, not per byte
+  // config.json's units: losses are nats per loss_unit, rates count rate_unit per second
+  // (a GPT without them: per GPT-2 token with gpt2_tokens, else per byte; tokens).
+  std::string loss_unit = "byte";
+  std::string rate_unit = "tokens";
   int segments = 0;           // 1 + the times the run was resumed; 0 when nothing was recorded
   double end_time = 0;        // the last record's time
   ChartPoints loss_by_time, loss_by_tokens;  // a step without a completed microbatch (loss null) is NaN

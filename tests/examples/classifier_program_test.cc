@@ -54,6 +54,11 @@ void check_trained(const std::string& output, const fs::path& run_dir) {
   const auto config = nlohmann::json::parse(read_all(run_dir / "config.json"));
   CHECK(config["model_name"] == "classifier");
   CHECK(config["stages"] == 2);
+  // The report counts in the model's units, not the GPT's.
+  const std::string report = read_all(run_dir / "report.html");
+  CHECK(report.find("nats/sample") != std::string::npos);
+  CHECK(report.find("Samples per second") != std::string::npos);
+  CHECK(report.find("nats/byte") == std::string::npos);
 }
 
 }  // namespace

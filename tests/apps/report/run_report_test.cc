@@ -298,7 +298,42 @@ TEST_CASE("without config.json the page says so, and token axes count samples") 
   CHECK(t.loss_by_tokens[0].first == 4);
   const std::string html = render_report_html(run);
   CHECK(html.find("config.json is missing") != std::string::npos);
-  CHECK(html.find("samples trained (no sequence length in config.json)") != std::string::npos);
+  CHECK(html.find("samples trained") != std::string::npos);
+  CHECK(html.find("Samples per second") != std::string::npos);
+}
+
+TEST_CASE("a model's own units name the loss, the rate and the axes; odd units are not taken") {
+  const char* steps = R"({"kind":"step","step":1,"loss":1.1,"tokens_per_s":8000,"samples_completed":16,"wire_bytes":1600,"time":1.0}
+{"kind":"step","step":2,"loss":0.3,"validation_loss":0.08,"tokens_per_s":7000,"samples_completed":32,"time":2.0}
+)";
+  const nlohmann::json classifier = {{"stages", 2}, {"microbatch", 16}, {"model", nlohmann::json::object()},
+                                     {"units", {{"loss", "sample"}, {"rate", "samples"}}}};
+  const RunRecords run = records_of(steps, classifier);
+  const RunTimeline t = build_timeline(run);
+  CHECK(t.loss_unit == "sample");
+  CHECK(t.rate_unit == "samples");
+  const std::string html = render_report_html(run);
+  CHECK(html.find("<b id=\"validation-loss\">0.0800</b> nats/sample") != std::string::npos);
+  CHECK(html.find("Samples per second") != std::string::npos);
+  CHECK(html.find("samples/s") != std::string::npos);
+  CHECK(html.find("samples trained") != std::string::npos);
+  CHECK(html.find("bytes/sample") != std::string::npos);
+  CHECK(html.find("no sequence length") == std::string::npos);
+  for (const char* gpt_word : {"nats/byte", "Tokens per second", "tokens/s", "against tokens"}) {
+    CHECK_MESSAGE(html.find(gpt_word) == std::string::npos, gpt_word);
+  }
+  // A GPT run that names no units keeps the GPT's: nats/byte and tokens.
+  const RunTimeline gpt = build_timeline(records_of(steps, kConfig));
+  CHECK(gpt.loss_unit == "byte");
+  CHECK(gpt.rate_unit == "tokens");
+  // Units that are not short words are ignored, never written into the page.
+  nlohmann::json odd = classifier;
+  odd["units"] = {{"loss", "<script>"}, {"rate", std::string(100, 'x')}};
+  const RunRecords odd_run = records_of(steps, odd);
+  const RunTimeline odd_t = build_timeline(odd_run);
+  CHECK(odd_t.loss_unit == "byte");
+  CHECK(odd_t.rate_unit == "samples");
+  CHECK(render_report_html(odd_run).find("nats/<script>") == std::string::npos);
 }
 
 fs::path scratch(const std::string& name) {
