@@ -389,6 +389,13 @@ class ChaosRunner {
 
 std::string format_loss(const std::optional<double>& loss) { return loss ? fmt::format("{:.4f}", *loss) : "   -  "; }
 
+// {"accuracy": 0.97}: a loss stage's metrics by the names its spec gave them.
+nlohmann::json named_metrics(const std::vector<std::string>& names, const std::vector<double>& values) {
+  nlohmann::json out = nlohmann::json::object();
+  for (size_t i = 0; i < names.size() && i < values.size(); ++i) out[names[i]] = values[i];
+  return out;
+}
+
 // What the run records while it trains, from the training loop's step reports:
 // step records and the progress line, the trainers' events, peer records and
 // joins/losses, and every replica's parameter hashes.
@@ -396,14 +403,16 @@ class RunRecorder {
  public:
   RunRecorder(const LocalSwarmOptions& o, DhtRegistry* registry,
               const std::vector<std::unique_ptr<SwarmTrainer>>* trainers, MetricsWriter* metrics,
-              const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known, std::string rate_unit)
+              const LineSink& print, std::map<std::string, PeerAnnouncementRecord> known, std::string rate_unit,
+              std::vector<std::string> metric_names)
       : o_(o),
         registry_(registry),
         trainers_(trainers),
         metrics_(metrics),
         print_(print),
         known_(std::move(known)),
-        rate_unit_(std::move(rate_unit)) {
+        rate_unit_(std::move(rate_unit)),
+        metric_names_(std::move(metric_names)) {
     for (const auto& [id, peer] : known_) {
       ever_known_[{id, peer.stage}] = peer;
       last_stage_[id] = peer.stage;
@@ -420,14 +429,18 @@ class RunRecorder {
   void on_step(const StepReport& report) {
     const WireVolume wire = wire_volume();
     const auto allreduce = replicas_.allreduce_volume();
-    metrics_->write({{"kind", "step"}, {"step", report.step},
-                     {"loss", report.loss ? nlohmann::json(*report.loss) : nlohmann::json(nullptr)},
-                     {"tokens_per_s", report.tokens_per_second},
-                     {"microbatches_completed", report.ledger.completed},
-                     {"microbatches_abandoned", report.ledger.abandoned}, {"retries", report.ledger.retries},
-                     {"samples_completed", samples_completed()},
-                     {"wire_bytes", wire.bytes}, {"wire_values", wire.values},
-                     {"allreduce_bytes", allreduce.first}, {"allreduce_values", allreduce.second}});
+    nlohmann::json record = {{"kind", "step"}, {"step", report.step},
+                             {"loss", report.loss ? nlohmann::json(*report.loss) : nlohmann::json(nullptr)},
+                             {"tokens_per_s", report.tokens_per_second},
+                             {"microbatches_completed", report.ledger.completed},
+                             {"microbatches_abandoned", report.ledger.abandoned}, {"retries", report.ledger.retries},
+                             {"samples_completed", samples_completed()},
+                             {"wire_bytes", wire.bytes}, {"wire_values", wire.values},
+                             {"allreduce_bytes", allreduce.first}, {"allreduce_values", allreduce.second}};
+    if (report.metrics.size() == metric_names_.size() && !report.metrics.empty()) {
+      record["metrics"] = named_metrics(metric_names_, report.metrics);
+    }
+    metrics_->write(record);
     std::lock_guard lock(mu_);
     write_trainer_events();
     if (Clock::now() - last_peer_poll_ > std::chrono::seconds(2)) poll_peers();
@@ -616,6 +629,7 @@ class RunRecorder {
   const LineSink& print_;
   std::map<std::string, PeerAnnouncementRecord> known_;
   std::string rate_unit_;  // the live line's "samples/s" (a GPT's: tokens)
+  std::vector<std::string> metric_names_;  // the loss stage's: each step record's "metrics"
   // By (peer, stage): lost ones too, and every stage a peer served, for their ledgers.
   std::map<std::pair<std::string, int>, PeerAnnouncementRecord> ever_known_;
   std::map<std::string, int> last_stage_;
@@ -886,7 +900,8 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   return trainers;
 }
 
-TrainingLoopOptions loop_options(const LocalSwarmOptions& o, int64_t start_step) {
+TrainingLoopOptions loop_options(const LocalSwarmOptions& o, int64_t start_step,
+                                 const std::vector<std::string>& metric_names) {
   TrainingLoopOptions loop;
   loop.first_step = start_step + 1;
   loop.last_step = o.steps;
@@ -894,6 +909,7 @@ TrainingLoopOptions loop_options(const LocalSwarmOptions& o, int64_t start_step)
   loop.in_flight = o.in_flight;
   loop.time_limit_seconds = o.time_limit_seconds;
   loop.stop_requested = [] { return stop_requested(); };
+  loop.metrics = metric_names.size();
   return loop;
 }
 
@@ -957,15 +973,19 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
   const LocalSwarmOptions& o = run.o;
   SWARM_ASSIGN_OR_RETURN(auto trainers, make_trainers(o, &run.registry, run.access));
   SWARM_RETURN_IF_ERROR(trainers.front()->check_stages());
+  // The metrics the loss stage reports besides its loss, as its peers declare them.
+  SWARM_ASSIGN_OR_RETURN(protocol::StageSpec loss_stage, trainers.front()->stage_spec(o.stages - 1));
+  const std::vector<std::string> metric_names = loss_stage.io.metrics;
   if (run.start_step > 0) {
     run.metrics.write({{"kind", "event"}, {"event", "resumed"}, {"peer", ""}, {"step", run.start_step}});
     print(fmt::format("resumed {} at global step {}", o.run_dir, run.start_step), false);
   }
-  RunRecorder recorder(o, &run.registry, &trainers, &run.metrics, print, std::move(run.known), run.data.rate_unit);
+  RunRecorder recorder(o, &run.registry, &trainers, &run.metrics, print, std::move(run.known), run.data.rate_unit,
+                       metric_names);
   std::vector<SwarmTrainer*> pointers;
   for (auto& trainer : trainers) pointers.push_back(trainer.get());
   TrainingLoop<SwarmTrainer, AnyDataSource> loop(std::move(pointers), std::move(run.data.sources),
-                                                 loop_options(o, run.start_step),
+                                                 loop_options(o, run.start_step, metric_names),
                                   [&](const StepReport& report) { recorder.on_step(report); });
   // --time-limit bounds the whole of training: the loop stops taking steps at
   // the limit, and draining the microbatches in flight and validation end
@@ -986,10 +1006,23 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
           false);
   }
   recorder.finish();
-  const ValidationResult validation = validate_until(*trainers[0], run.data.validation, deadline);
+  const ValidationResult validation = validate_until(*trainers[0], run.data.validation, deadline, metric_names.size());
   LocalSwarmReport report = make_report(o, run.data, *summary, recorder, trainers, validation);
+  for (size_t i = 0; i < validation.metrics.size() && i < metric_names.size(); ++i) {
+    report.validation_metrics.emplace_back(metric_names[i], validation.metrics[i]);
+  }
   report.bad_records += static_cast<int64_t>(run.registry.refused_seals());
   return report;
+}
+
+}  // namespace
+
+namespace {
+
+nlohmann::json validation_metrics_json(const LocalSwarmReport& report) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, value] : report.validation_metrics) out[name] = value;
+  return out;
 }
 
 }  // namespace
@@ -1055,6 +1088,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
                  {"validation_loss", report.validation_loss ? nlohmann::json(*report.validation_loss)
                                                             : nlohmann::json(nullptr)},
                  {"validation_windows", report.validation_windows_done},
+                 {"validation_metrics", validation_metrics_json(report)},
                  {"validation_note", report.validation_note}, {"stopped_because", report.stopped_because},
                  {"tokens_per_s", report.tokens_per_second},
                  {"microbatches_completed", report.microbatches_completed},

@@ -111,6 +111,8 @@ struct LocalSwarmReport {
   size_t validation_windows_done = 0;
   size_t validation_windows = 0;
   std::string validation_note;
+  // The loss stage's metrics over the same validation (name, mean); empty if it reports none.
+  std::vector<std::pair<std::string, double>> validation_metrics;
   // Why training stopped: "all steps done", "time limit", "interrupted".
   std::string stopped_because;
   double tokens_per_second = 0;

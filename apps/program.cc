@@ -36,10 +36,11 @@ std::string wire_codecs_label(const LocalSwarmReport& report) {
 std::string validation_text(const LocalSwarmReport& report) {
   const std::string& unit = report.loss_unit;
   if (!report.validation_loss) return fmt::format("- (none: {})", report.validation_note);
-  if (report.validation_note.empty()) return fmt::format("{:.4f} nats/{}", *report.validation_loss, unit);
-  return fmt::format("{:.4f} nats/{} over {} of {} {} ({})", *report.validation_loss, unit,
-                     report.validation_windows_done, report.validation_windows, report.validation_unit,
-                     report.validation_note);
+  std::string text = fmt::format("{:.4f} nats/{}", *report.validation_loss, unit);
+  for (const auto& [name, value] : report.validation_metrics) text += fmt::format(", {} {:.4f}", name, value);
+  if (report.validation_note.empty()) return text;
+  return fmt::format("{} over {} of {} {} ({})", text, report.validation_windows_done, report.validation_windows,
+                     report.validation_unit, report.validation_note);
 }
 
 int run_swarm(const LocalSwarmOptions& options, const char* name) {

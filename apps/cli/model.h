@@ -26,7 +26,9 @@
 //   static int serve(const apps::PeerServing&, const Options&);  serve its own way (the GPT: per --device)
 //   static Status check_device(apps::ComputeBackend);          the devices it computes on (default: CPU fp32)
 //
-// A model without serve() computes on the CPU backend: its stages' own code.
+// A model without serve() computes on the CPU backend: its stages' own code. Its
+// metrics besides the loss (accuracy, say) are its loss stage's: io_spec().metrics
+// names them (swarm/api/stage.h), and metrics.jsonl, the final line and the report show them.
 #pragma once
 
 #include <concepts>

@@ -99,6 +99,31 @@ std::optional<std::string> unit_of(const json& units, const char* key) {
   return unit;
 }
 
+// A record's named metrics ({"accuracy": 0.97}): at most kMaxMetrics names, each 1 to
+// 32 of [a-z0-9_], numbers only; anything else in it is left out.
+constexpr size_t kMaxMetrics = 8;
+
+bool metric_name(const std::string& name) {
+  if (name.empty() || name.size() > 32) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
+}
+
+template <typename Visit>
+void for_each_metric(const json& record, const char* key, Visit visit) {
+  const auto it = record.find(key);
+  if (it == record.end() || !it->is_object()) return;
+  size_t taken = 0;
+  for (const auto& item : it->items()) {
+    const std::string& name = item.key();
+    const json& value = item.value();
+    if (taken == kMaxMetrics) return;
+    if (!metric_name(name) || !value.is_number() || !std::isfinite(value.get<double>())) continue;
+    visit(name, value.get<double>());
+    ++taken;
+  }
+}
+
 class TimelineBuilder {
  public:
   explicit TimelineBuilder(const RunRecords& run) : run_(run) {
@@ -208,6 +233,12 @@ class TimelineBuilder {
       t_.validation_by_tokens.emplace_back(all_tokens, *validation);
     }
     if (final_record && !validation) t_.validation_loss.reset();  // this run's validation did not finish
+    if (final_record) {
+      t_.validation_metrics.clear();
+      for_each_metric(r, "validation_metrics", [&](const std::string& name, double value) {
+        t_.validation_metrics[name] = value;
+      });
+    }
     t_.last_step = r;
     t_.finished = final_record;
     if (final_record) return;  // its rates are the run's averages, not a step's
@@ -216,6 +247,12 @@ class TimelineBuilder {
     t_.loss_by_time.emplace_back(time, loss);
     t_.loss_by_tokens.emplace_back(all_tokens, loss);
     if (auto tps = number(r, "tokens_per_s")) t_.tokens_per_second.emplace_back(time, *tps);
+    for_each_metric(r, "metrics", [&](const std::string& name, double value) {
+      // Names beyond the first kMaxMetrics the run used are left out, as within a record.
+      if (t_.metrics_by_time.size() < kMaxMetrics || t_.metrics_by_time.contains(name)) {
+        t_.metrics_by_time[name].emplace_back(time, value);
+      }
+    });
     if (auto v = number(r, "retries")) {
       segment_.retries = *v;
       t_.retries.emplace_back(time, before_.retries + *v);
@@ -467,6 +504,14 @@ std::vector<Plot> plots(const RunTimeline& t) {
     if (!has_finite(t.tokens_per_second)) p.no_data = "no step record has tokens_per_s";
     out.push_back(std::move(p));
   }
+  if (!t.metrics_by_time.empty()) {
+    Plot p = time_plot("plot-metrics", "The model's metrics",
+                       "What the loss stage reports besides its loss, over each step's completed microbatches.",
+                       "value");
+    int color = 0;
+    for (const auto& [name, points] : t.metrics_by_time) p.chart.series.push_back(series(name, points, color++));
+    out.push_back(std::move(p));
+  }
   {
     Plot p = time_plot("plot-peers", "Peers per stage",
                        "Serving peers the trainers saw, from peer_joined, peer_lost and peer_moved events.", "peers");
@@ -599,6 +644,10 @@ std::string summary_html(const RunRecords& run, const RunTimeline& t) {
     if (!note.empty()) validation += " (" + xml_escape(note) + ")";
   }
   table_row(&out, "final validation loss", validation);
+  for (const auto& [name, value] : t.validation_metrics) {
+    table_row(&out, "final validation " + name,
+              fmt::format("<b id=\"validation-{}\">{:.4f}</b>", name, value));
+  }
   table_row(&out, "replica hashes", xml_escape(replica_text(t)));
   std::string checkpoints;
   if (run.checkpoints.empty()) {

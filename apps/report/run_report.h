@@ -90,6 +90,10 @@ struct RunTimeline {
   std::vector<RunEvent> events;
   std::optional<nlohmann::json> last_step;   // the last step record: the final one when the run finished
   bool finished = false;                     // the last step record is the run's final one (with validation_loss)
+  // The loss stage's metrics (accuracy, say): each step's, by name, and the final
+  // validation's. At most kMaxMetrics names, each a short [a-z0-9_] word.
+  std::map<std::string, ChartPoints> metrics_by_time;
+  std::map<std::string, double> validation_metrics;
   std::optional<double> validation_loss;     // the last recorded
   int64_t hashed_steps = 0;                  // (stage, global step) pairs with a replica hash
   int64_t shared_steps = 0;                  // of them, those 2+ replicas hashed

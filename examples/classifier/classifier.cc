@@ -15,7 +15,7 @@
 namespace L = swarm::layers;
 using Cpu = L::HostOps<swarm::CpuBackend>;
 using Trunk = L::Sequential<L::Linear<Cpu>, L::Tanh<Cpu>, L::Residual<L::Linear<Cpu>, L::Tanh<Cpu>>>;
-using Head = L::Sequential<L::Linear<Cpu>, L::SoftmaxCrossEntropy<Cpu>>;
+using Head = L::Sequential<L::Linear<Cpu>, L::SoftmaxCrossEntropy<Cpu, L::ReportAccuracy>>;  // loss, accuracy
 
 // Three Gaussian blobs: class c is centered at angle 2*pi*c/3.
 struct Points {

@@ -59,12 +59,27 @@ inline std::string describe(const TensorSpec& spec) {
 }
 
 // What goes in and comes out: the input, the targets of a stage that computes the
-// loss, and the output (the loss, f32 [1], for such a stage).
+// loss, and the output (the loss, f32 [1], for such a stage). A loss stage may also
+// report metrics of the same rows (accuracy, say): their names, and its output is
+// then f32 [1 + metrics], the loss first. Each is a mean over rows, as the loss is,
+// so the trainers average them as they average losses.
 struct StageIoSpec {
   TensorSpec input;
   std::optional<TensorSpec> targets;
   TensorSpec output;
+  std::vector<std::string> metrics;
 };
+
+// A loss stage reports at most this many metrics; each name is 1 to 32 of
+// [a-z0-9_] (it names a column of metrics.jsonl and a line of the report).
+inline constexpr size_t kMaxStageMetrics = 8;
+inline bool valid_metric_name(const std::string& name) {
+  if (name.empty() || name.size() > 32) return false;
+  for (char c : name) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  }
+  return true;
+}
 
 // What an optimizer needs of one parameter; the stage owns the memory.
 struct StageParameterView {
@@ -79,7 +94,8 @@ concept Stage =
     std::same_as<typename S::stage_concept, stage_t> &&
     requires(S stage, const S& const_stage, const TensorView& input, const TensorView* targets,
              const TensorView& grad_output) {
-      // Output, or for a stage that takes targets, the mean loss as f32 [1].
+      // Output, or for a stage that takes targets, the mean loss as f32 [1] (then
+      // its metrics' means: f32 [1 + io_spec().metrics.size()]).
       { stage.forward(input, targets) } -> std::same_as<Result<Tensor>>;
       // Input gradient (an undefined Tensor when the input is not differentiable,
       // like tokens); adds the parameter gradients into the stage's accumulators.

@@ -6,10 +6,17 @@
 // rows; the MSE also over each row's features, i.e. over all elements.
 //
 //   SoftmaxCrossEntropy<Cpu>  logits f32 [rows, classes], targets i32 [rows] class ids
+//   SoftmaxCrossEntropy<Cpu, ReportAccuracy>  the same, and its forward also gives the
+//                             fraction of rows whose largest logit is the target's:
+//                             f32 [2] = [loss, accuracy] (metric_names(): "accuracy")
 //   MeanSquaredError<Cpu>     predictions f32 [rows, n], targets f32 [rows, n]
 #pragma once
 
+#include <algorithm>
+#include <concepts>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "swarm/layers/backend_ops.h"
 #include "swarm/layers/layer.h"
@@ -31,6 +38,18 @@ Result<Tensor> mean_of_rows(const Tensor& losses) {
   return Tensor::copy_of(mean, B::device);
 }
 
+// [loss, metrics...] as f32 [1 + metrics] on the backend's device, from the mean loss.
+template <Backend B>
+Result<Tensor> append_to_loss(const Tensor& mean, const std::vector<float>& metrics) {
+  Tensor keep;
+  SWARM_ASSIGN_OR_RETURN(TensorView host, host_view(mean, keep));
+  SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(Shape{static_cast<int64_t>(1 + metrics.size())}, DType::f32));
+  out.data<float>()[0] = host.data<float>()[0];
+  std::copy(metrics.begin(), metrics.end(), out.data<float>() + 1);
+  if (B::device == Device::cpu) return out;
+  return Tensor::copy_of(out, B::device);
+}
+
 // d(loss) from the loss's output gradient, f32 [1].
 template <Backend B>
 Result<float> loss_gradient(const TensorView& dloss, std::string_view who) {
@@ -43,13 +62,21 @@ Result<float> loss_gradient(const TensorView& dloss, std::string_view who) {
   return host.data<float>()[0];
 }
 
-template <Backend B>
+// What a classification loss reports besides its loss.
+struct NoMetrics {};
+struct ReportAccuracy {};
+
+template <Backend B, typename Metrics = NoMetrics>
 class SoftmaxCrossEntropy {
  public:
   using backend = B;
   static constexpr const char* kName = "SoftmaxCrossEntropy";
 
   TensorSpec target_spec(int64_t) const { return {DType::i32, {-1}}; }
+  std::vector<std::string> metric_names() const {
+    if constexpr (std::same_as<Metrics, ReportAccuracy>) return {"accuracy"};
+    return {};
+  }
 
   Result<Tensor> forward(const TensorView& logits, const TensorView& targets) const {
     SWARM_RETURN_IF_ERROR(check(logits, targets));
@@ -57,7 +84,13 @@ class SoftmaxCrossEntropy {
     SWARM_ASSIGN_OR_RETURN(Tensor losses, Tensor::empty(Shape{rows}, DType::f32, B::device));
     B::cross_entropy_forward_backward(losses.data<float>(), nullptr, logits.data<float>(), targets.data<int32_t>(),
                                       rows, classes, 1.0f, typename B::stream_type{});
-    return mean_of_rows<B>(losses);
+    if constexpr (std::same_as<Metrics, ReportAccuracy>) {
+      SWARM_ASSIGN_OR_RETURN(Tensor mean, mean_of_rows<B>(losses));
+      SWARM_ASSIGN_OR_RETURN(float accuracy, accuracy_of(logits, targets));
+      return append_to_loss<B>(mean, {accuracy});
+    } else {
+      return mean_of_rows<B>(losses);
+    }
   }
 
   Result<Tensor> backward(const TensorView& logits, const TensorView& targets, const TensorView& dloss) const {
@@ -73,6 +106,21 @@ class SoftmaxCrossEntropy {
   }
 
  private:
+  // The fraction of rows whose largest logit (the first of equal ones) is the target's.
+  static Result<float> accuracy_of(const TensorView& logits, const TensorView& targets) {
+    Tensor keep_logits, keep_targets;
+    SWARM_ASSIGN_OR_RETURN(TensorView host_logits, host_view(logits, keep_logits));
+    SWARM_ASSIGN_OR_RETURN(TensorView host_targets, host_view(targets, keep_targets));
+    const int64_t rows = host_logits.shape()[0], classes = host_logits.shape()[1];
+    const float* z = host_logits.data<float>();
+    int64_t right = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = z + r * classes;
+      right += std::max_element(row, row + classes) - row == host_targets.data<int32_t>()[r];
+    }
+    return static_cast<float>(static_cast<double>(right) / static_cast<double>(rows));
+  }
+
   Status check(const TensorView& logits, const TensorView& targets) const {
     SWARM_RETURN_IF_ERROR(check_rows<B>(logits, kAnyWidth, kName));
     const int64_t rows = logits.shape()[0];

@@ -2,8 +2,8 @@
 // Stage concept, so Peer and Trainer serve it like any other stage.
 //
 // When the last layer is a loss (loss.h) the stage takes targets and outputs
-// the mean loss, f32 [1]; its output gradient is f32 [1] holding d(loss),
-// usually 1. Layers work on rows; a stage's leading dims index them:
+// the mean loss, f32 [1] (with the metrics a loss reports after it: f32 [1 + n]);
+// its output gradient is f32 [1] holding d(loss), usually 1. Layers work on rows; a stage's leading dims index them:
 //
 //   Sequential<...>          a batch of vectors: rows are dim 0
 //     input    f32 [-1, in]
@@ -104,7 +104,10 @@ class LayerStage {
       const TensorSpec per_row = loss_.target_spec(out);  // its dim 0 is the rows
       std::vector<int64_t> dims(per_row.dims.begin() + 1, per_row.dims.end());
       spec.targets = TensorSpec{per_row.dtype, row_dims(dims)};
-      spec.output = TensorSpec{DType::f32, {1}};
+      if constexpr (requires { { loss_.metric_names() } -> std::same_as<std::vector<std::string>>; }) {
+        spec.metrics = loss_.metric_names();
+      }
+      spec.output = TensorSpec{DType::f32, {static_cast<int64_t>(1 + spec.metrics.size())}};
     }
     return spec;
   }

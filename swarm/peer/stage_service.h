@@ -210,6 +210,18 @@ class StageService {
     return status;
   }
 
+  // The loss stage's output: the loss, then the metrics its spec names.
+  static Status take_losses(const Tensor& out, const protocol::StageSpec& spec, protocol::StageReply* reply) {
+    const size_t metrics = spec.io.metrics.size();
+    if (out.dtype() != DType::f32 || out.numel() != static_cast<int64_t>(1 + metrics)) {
+      return internal("the loss stage returned {}, not its loss and {} metrics", out.view().describe(), metrics);
+    }
+    const float* values = out.data<float>();
+    reply->loss = values[0];
+    reply->metrics.assign(values + 1, values + 1 + metrics);
+    return Status::ok();
+  }
+
   Result<protocol::StageReply> serve(ReplicaT& replica, const protocol::StageSpec& spec,
                                      const protocol::StageCall& call, std::chrono::steady_clock::time_point started) {
     Tensor input_storage;
@@ -219,7 +231,7 @@ class StageService {
     if (!call.is_backward()) {
       SWARM_ASSIGN_OR_RETURN(Tensor out, compute_forward(replica, input, targets));
       if (targets != nullptr) {
-        reply.loss = out.data<float>()[0];
+        SWARM_RETURN_IF_ERROR(take_losses(out, spec, &reply));
         if (!std::isfinite(*reply.loss)) return invalid_argument("the loss overflowed: targets or input out of range");
       } else {
         SWARM_ASSIGN_OR_RETURN(reply.tensor, encode(out, spec, protocol::TensorRole::output));
@@ -233,7 +245,7 @@ class StageService {
     Tensor grad_input;
     if (targets != nullptr) {
       SWARM_ASSIGN_OR_RETURN(auto both, replica.forward_and_backward(input, grad_output, *targets, ticket));
-      reply.loss = both.first.template data<float>()[0];
+      SWARM_RETURN_IF_ERROR(take_losses(both.first, spec, &reply));
       grad_input = std::move(both.second);
     } else {
       SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output, ticket));

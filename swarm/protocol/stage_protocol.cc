@@ -22,7 +22,14 @@ bool is_leading_match(const Shape& a, const Shape& b) {
 wire::TensorListSpec expected_tensors(const StageSpec& spec, wire::MessageKind kind) {
   wire::TensorListSpec list{static_cast<uint32_t>(spec.stage), {}};
   list.inputs.emplace_back(spec.io.input.dtype, spec.io.input.dims);
-  if (kind == wire::MessageKind::backward) list.inputs.emplace_back(spec.io.output.dtype, spec.io.output.dims);
+  if (kind == wire::MessageKind::backward) {
+    // The loss stage's output gradient is d_loss, f32 [1], whatever metrics follow its loss.
+    if (spec.io.targets) {
+      list.inputs.emplace_back(DType::f32, std::vector<int64_t>{1});
+    } else {
+      list.inputs.emplace_back(spec.io.output.dtype, spec.io.output.dims);
+    }
+  }
   if (spec.io.targets) list.inputs.emplace_back(spec.io.targets->dtype, spec.io.targets->dims);
   return list;
 }
@@ -115,7 +122,10 @@ PayloadVolume volume_of(const StageRequest& request) {
 PayloadVolume volume_of(const StageReply& reply) {
   PayloadVolume total;
   if (reply.tensor) total += volume_of(*reply.tensor);
-  if (reply.loss) total += {1, 4};
+  if (reply.loss) {
+    const auto values = static_cast<int64_t>(1 + reply.metrics.size());
+    total += {values, values * 4};
+  }
   return total;
 }
 
@@ -225,8 +235,10 @@ Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageRep
   std::vector<wire::EncodedTensor> tensors;
   if (reply.tensor) tensors.push_back(*reply.tensor);
   if (reply.loss) {
-    SWARM_ASSIGN_OR_RETURN(Tensor loss, Tensor::empty(Shape{1}, DType::f32));
+    const int64_t values = 1 + static_cast<int64_t>(reply.metrics.size());
+    SWARM_ASSIGN_OR_RETURN(Tensor loss, Tensor::empty(Shape{values}, DType::f32));
     loss.data<float>()[0] = *reply.loss;
+    std::copy(reply.metrics.begin(), reply.metrics.end(), loss.data<float>() + 1);
     tensors.push_back(raw_tensor(loss));
   }
   return wire::encode_message_payloads(header, tensors);
@@ -249,12 +261,15 @@ Result<StageReply> parse_reply(const wire::Frames& frames, const wire::Limits& l
   }
   if (has_loss) {
     const wire::DecodedTensor& t = message.tensors[count - 1];
-    if (t.dtype != DType::f32 || t.codec != CodecId::none || t.shape.numel() != 1) {
+    const int64_t values = t.shape.numel();
+    if (t.dtype != DType::f32 || t.codec != CodecId::none || t.shape.rank() != 1 || values < 1 ||
+        values > static_cast<int64_t>(1 + kMaxStageMetrics) || t.payload.size() != values * sizeof(float)) {
       return internal("the last stage's reply lacks the loss");
     }
-    float loss = 0;
-    std::memcpy(&loss, t.payload.data(), sizeof(loss));
-    reply.loss = loss;
+    std::vector<float> losses(static_cast<size_t>(values));
+    std::memcpy(losses.data(), t.payload.data(), losses.size() * sizeof(float));
+    reply.loss = losses[0];
+    reply.metrics.assign(losses.begin() + 1, losses.end());
   }
   return reply;
 }
@@ -293,6 +308,30 @@ Result<CodecId> codec_from(const nlohmann::json& j, const char* what) {
   return *codec;
 }
 
+// A loss stage's metric names: at most kMaxStageMetrics valid names, none twice,
+// and as many values after the loss as its output holds.
+Result<std::vector<std::string>> metric_names_from(const nlohmann::json& j, const StageIoSpec& io) {
+  if (!j.is_array() || j.size() > kMaxStageMetrics) {
+    return invalid_argument("stage info: metrics is not a list of at most {} names", kMaxStageMetrics);
+  }
+  std::vector<std::string> names;
+  for (const auto& name : j) {
+    if (!name.is_string() || !valid_metric_name(name.get<std::string>())) {
+      return invalid_argument("stage info: a metric name is not 1 to 32 of [a-z0-9_]");
+    }
+    if (std::find(names.begin(), names.end(), name.get<std::string>()) != names.end()) {
+      return invalid_argument("stage info: metric {} named twice", name.get<std::string>());
+    }
+    names.push_back(name.get<std::string>());
+  }
+  const TensorSpec losses{DType::f32, {static_cast<int64_t>(1 + names.size())}};
+  if (!names.empty() && (!io.targets || io.output != losses)) {
+    return invalid_argument("stage info: metrics on a stage whose output is not its loss and {} values",
+                            names.size());
+  }
+  return names;
+}
+
 }  // namespace
 
 std::string spec_to_json(const StageSpec& spec) {
@@ -303,6 +342,7 @@ std::string spec_to_json(const StageSpec& spec) {
                    {"codec", codec_name(spec.codec)},
                    {"gradient_codec", codec_name(codec_for(spec, TensorRole::grad_input))}};
   if (spec.io.targets) j["targets"] = tensor_spec_json(*spec.io.targets);
+  if (!spec.io.metrics.empty()) j["metrics"] = spec.io.metrics;
   return j.dump();
 }
 
@@ -319,6 +359,9 @@ Result<StageSpec> spec_from_json(std::string_view text) {
     SWARM_ASSIGN_OR_RETURN(spec.io.output, tensor_spec_from(j.at("output")));
     if (j.contains("targets")) {
       SWARM_ASSIGN_OR_RETURN(spec.io.targets, tensor_spec_from(j.at("targets")));
+    }
+    if (j.contains("metrics")) {
+      SWARM_ASSIGN_OR_RETURN(spec.io.metrics, metric_names_from(j.at("metrics"), spec.io));
     }
     SWARM_ASSIGN_OR_RETURN(spec.codec, codec_from(j.at("codec"), "codec"));
     // Absent from an older peer's info: its gradients travel in its codec.

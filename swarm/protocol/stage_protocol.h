@@ -3,7 +3,7 @@
 //
 // Which tensor sits where:
 //   forward  = [input]                    reply [output]
-//   forward  = [input, targets]           reply [loss]               (the last stage)
+//   forward  = [input, targets]           reply [loss]               (the last stage; f32 [1 + metrics])
 //   backward = [input, grad_output]       reply [grad_input] or []   (the first stage: tokens have no gradient)
 //   backward = [input, d_loss, targets]   reply [grad_input, loss]   (the last stage runs forward and backward
 //                                                                     as one request)
@@ -162,6 +162,7 @@ inline constexpr std::pair<std::string_view, int64_t SampleLedger::*> kSampleLed
 struct StageReply {
   std::optional<wire::EncodedTensor> tensor;  // output or input gradient
   std::optional<float> loss;
+  std::vector<float> metrics;  // after the loss, as the stage's io_spec names them (at most kMaxStageMetrics)
 };
 
 // Logical values and payload bytes of the tensors of a message, for the wire volume.

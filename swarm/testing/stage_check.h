@@ -64,12 +64,6 @@ inline TensorView rows(const TensorView& t, int64_t begin, int64_t end) {
   return TensorView(data, t.dtype(), *Shape::from_dims(dims), t.device());
 }
 
-inline double sum_of(const TensorView& t) {
-  double total = 0;
-  for (float v : t.span<float>()) total += v;
-  return total;
-}
-
 inline double dot(const TensorView& a, const TensorView& b) {
   double total = 0;
   const auto x = a.span<float>(), y = b.span<float>();
@@ -209,12 +203,21 @@ class Checker {
     const Tensor& second = *bottom;
     const double scale = std::max(largest_magnitude(output_), 1e-12);
     if (targets_) {
-      // The loss is a mean over rows: the halves' losses, weighted by their rows.
-      const double stacked = (split * sum_of(first) + (n - split) * sum_of(second)) / double(n);
-      if (std::fabs(stacked - sum_of(output_)) > options_.stacking_tolerance * scale) {
-        fail(fmt::format("the loss of the whole batch is {} but its halves' weighted mean is {}: the loss must be "
-                         "a mean over rows, each row's independent of the others",
-                         sum_of(output_), stacked));
+      // The loss, and each metric after it, is a mean over rows: the halves' values, weighted by their rows.
+      const auto whole = output_.span<float>();
+      const std::vector<std::string> names = stage_.io_spec().metrics;
+      if (first.numel() != output_.numel() || second.numel() != output_.numel()) {
+        fail("the loss of part of the batch has another shape than the whole batch's");
+        return;
+      }
+      for (size_t i = 0; i < whole.size(); ++i) {
+        const double stacked = (split * first.span<float>()[i] + (n - split) * second.span<float>()[i]) / double(n);
+        if (std::fabs(stacked - whole[i]) > options_.stacking_tolerance * scale) {
+          const std::string what = i == 0 ? "loss" : i - 1 < names.size() ? "metric " + names[i - 1] : "value";
+          fail(fmt::format("the {} of the whole batch is {} but its halves' weighted mean is {}: it must be a mean "
+                           "over rows, each row's independent of the others",
+                           what, whole[i], stacked));
+        }
       }
       return;
     }

@@ -84,6 +84,7 @@ struct WireVolume {
 struct MicrobatchOutcome {
   bool completed = false;
   float loss = 0;
+  std::vector<float> metrics;  // the loss stage's, after the loss, as its io_spec names them
   int retries = 0;
   std::string abandon_reason;
 };
@@ -354,6 +355,7 @@ class Trainer {
                               batch, &outcome);
       if (!reply.is_ok()) return abandon(outcome, last, "forward", reply.status());
       outcome.loss = *reply->loss;
+      outcome.metrics = std::move(reply->metrics);
       outcome.completed = true;
       return outcome;
     }
@@ -369,7 +371,10 @@ class Trainer {
                              : backward_where_forwarded(s, microbatch, inputs[s], grad, batch, &outcome,
                                                         forward_peer[s]);
       if (!reply.is_ok()) return abandon(outcome, s, "backward", reply.status());
-      if (s == last) outcome.loss = *reply->loss;
+      if (s == last) {
+        outcome.loss = *reply->loss;
+        outcome.metrics = std::move(reply->metrics);
+      }
       if (s > 0) {
         if (!reply->tensor) return abandon(outcome, s, "backward", internal("the reply carries no input gradient"));
         grad = std::move(*reply->tensor);

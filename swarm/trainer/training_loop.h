@@ -42,8 +42,19 @@
 #include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
 #include "swarm/data/batch_sampler.h"
+#include "swarm/trainer/metric_means.h"
 
 namespace swarm {
+
+// The loss stage's metrics of an outcome, for a trainer whose outcomes carry them.
+template <typename Outcome>
+const std::vector<float>* metrics_of(const Outcome& outcome) {
+  if constexpr (requires { { outcome.metrics } -> std::convertible_to<const std::vector<float>&>; }) {
+    return &outcome.metrics;
+  } else {
+    return nullptr;
+  }
+}
 
 // What the loop needs of a trainer (Trainer<Router, Transport, Registry> is one):
 // thread-safe run_microbatch and evaluate, and a ledger of what it started.
@@ -82,6 +93,7 @@ struct StepReport {
   int microbatches = 0;  // per_step, or fewer for a last step that a stop cut short
   int completed = 0;
   std::optional<double> loss;  // mean over its completed microbatches; none if none completed
+  std::vector<double> metrics;  // the loss stage's metrics, the same way; empty if none
   double tokens_per_second = 0;  // completed units (tokens of a token source) per second, sliding window
   double seconds = 0;            // since run() began
   LedgerTotals ledger;           // over all trainers, when the report was made
@@ -108,6 +120,7 @@ struct TrainingLoopOptions {
   // Asked on the calling thread, between reports (about every 20 ms).
   std::function<bool()> stop_requested;
   double throughput_window_seconds = 10;
+  size_t metrics = 0;  // the loss stage's metrics (its io_spec's names) averaged into each step's report
 };
 
 // Runs on the thread that called run(), never on a worker; it must not throw.
@@ -158,6 +171,7 @@ class TrainingLoop {
     int ended = 0;
     int completed = 0;
     double loss_sum = 0;
+    std::optional<MetricMeans> metrics;
     std::vector<MicrobatchSpan> spans;
   };
 
@@ -211,7 +225,7 @@ class TrainingLoop {
       }
       auto outcome = trainers_[trainer]->run_microbatch(batch->inputs, batch->targets);
       if (!outcome.completed) log_warn("microbatch {} abandoned: {}", claim->index, outcome.abandon_reason);
-      end(*claim, trainer, outcome.completed, outcome.loss, batch->units);
+      end(*claim, trainer, outcome.completed, outcome.loss, metrics_of(outcome), batch->units);
     }
     std::lock_guard lock(mu_);
     --running_;
@@ -238,13 +252,14 @@ class TrainingLoop {
   // (no trainer saw it), and run() returns the source's error.
   void fail(const Claim& claim, int trainer, const Status& error) {
     log_error("trainer {}'s data source failed: {}", trainer, error.to_string());
-    end(claim, trainer, false, 0, 0);
+    end(claim, trainer, false, 0, nullptr, 0);
     std::lock_guard lock(mu_);
     if (source_error_.is_ok()) source_error_ = error;
     close_locked(StopReason::stop_requested);
   }
 
-  void end(const Claim& claim, int trainer, bool completed, double loss, int64_t tokens) {
+  void end(const Claim& claim, int trainer, bool completed, double loss, const std::vector<float>* metrics,
+           int64_t tokens) {
     std::lock_guard lock(mu_);
     StepTally& tally = tallies_[claim.index / options_.microbatches_per_step];
     ++tally.ended;
@@ -252,6 +267,8 @@ class TrainingLoop {
     if (completed) {
       ++tally.completed;
       tally.loss_sum += loss;
+      if (!tally.metrics) tally.metrics.emplace(options_.metrics);
+      tally.metrics->add(metrics ? *metrics : std::vector<float>(), 1.0);
       tokens_ += tokens;
     }
     ended_cv_.notify_all();
@@ -299,6 +316,7 @@ class TrainingLoop {
     report.microbatches = tally.ended;
     report.completed = tally.completed;
     if (tally.completed > 0) report.loss = tally.loss_sum / tally.completed;
+    if (tally.metrics) report.metrics = tally.metrics->means();
     std::sort(tally.spans.begin(), tally.spans.end(),
               [](const MicrobatchSpan& a, const MicrobatchSpan& b) { return a.index < b.index; });
     report.spans = std::move(tally.spans);
@@ -386,6 +404,7 @@ inline Result<Tensor> window_rows(const std::vector<TokenWindow>& windows, size_
 // stopped early if it did.
 struct ValidationResult {
   std::optional<double> loss;  // over windows_done windows; none if none
+  std::vector<double> metrics;  // the loss stage's, weighted as the loss; empty if none
   size_t windows_done = 0;
   size_t windows = 0;
   Status stopped_early;  // ok when every window was evaluated
@@ -434,7 +453,8 @@ ValidationResult validate_until(T& trainer, const std::vector<TokenWindow>& wind
 // unit (each microbatch weighted by its units), rows counted as "windows".
 template <LoopTrainer T>
 ValidationResult validate_until(T& trainer, const std::vector<Microbatch>& batches,
-                                std::optional<Clock::time_point> deadline) {
+                                std::optional<Clock::time_point> deadline, size_t metrics = 0) {
+  MetricMeans metric_means(metrics);
   auto rows_of = [](const Microbatch& batch) {
     return batch.inputs.shape().rank() > 0 ? static_cast<size_t>(batch.inputs.shape().dim(0)) : size_t{1};
   };
@@ -464,9 +484,13 @@ ValidationResult validate_until(T& trainer, const std::vector<Microbatch>& batch
     }
     sum += outcome.loss * static_cast<double>(batches[i].units);
     units += static_cast<double>(batches[i].units);
+    if (const std::vector<float>* values = metrics_of(outcome)) {
+      metric_means.add(*values, static_cast<double>(batches[i].units));
+    }
     result.windows_done += rows;
   }
   if (units > 0) result.loss = sum / units;
+  result.metrics = metric_means.means();
   return result;
 }
 

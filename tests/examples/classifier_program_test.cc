@@ -7,7 +7,9 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <regex>
+#include <sstream>
 #include <string>
 
 #include <fmt/format.h>
@@ -59,6 +61,29 @@ void check_trained(const std::string& output, const fs::path& run_dir) {
   CHECK(report.find("nats/sample") != std::string::npos);
   CHECK(report.find("Samples per second") != std::string::npos);
   CHECK(report.find("nats/byte") == std::string::npos);
+  // The head reports its accuracy: in the final line, every step record, the final record and the report.
+  std::smatch m;
+  REQUIRE(std::regex_search(output, m, std::regex(R"(validation loss [0-9.]+ nats/sample, accuracy ([0-9.]+))")));
+  CHECK(std::stod(m[1]) > 0.9);
+  int steps_with_accuracy = 0, steps = 0;
+  std::optional<double> final_accuracy;
+  std::istringstream records(read_all(run_dir / "metrics.jsonl"));
+  for (std::string line; std::getline(records, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    if (!record.is_object() || record.value("kind", "") != "step") continue;
+    if (record.contains("validation_metrics")) {
+      final_accuracy = record["validation_metrics"].value("accuracy", -1.0);
+      continue;
+    }
+    ++steps;
+    steps_with_accuracy += record.contains("metrics") && record["metrics"].contains("accuracy");
+  }
+  CHECK(steps > 0);
+  CHECK(steps_with_accuracy == steps);
+  REQUIRE(final_accuracy.has_value());
+  CHECK(*final_accuracy == doctest::Approx(std::stod(m[1])).epsilon(1e-3));
+  CHECK(report.find("final validation accuracy") != std::string::npos);
+  CHECK(report.find("plot-metrics") != std::string::npos);
 }
 
 }  // namespace

@@ -219,5 +219,39 @@ TEST_CASE("the losses' values: cross-entropy of equal logits is ln(classes), MSE
   CHECK(grad->data<float>()[1] == 0.0f);
 }
 
+TEST_CASE("a cross-entropy that reports accuracy gives [loss, accuracy], the same loss and gradient as without") {
+  using Plain = Sequential<SoftmaxCrossEntropy<Cpu>>;
+  using Measured = Sequential<SoftmaxCrossEntropy<Cpu, ReportAccuracy>>;
+  auto plain = Plain::create(1, SoftmaxCrossEntropy<Cpu>());
+  auto measured = Measured::create(1, SoftmaxCrossEntropy<Cpu, ReportAccuracy>());
+  REQUIRE(plain.is_ok());
+  REQUIRE(measured.is_ok());
+  CHECK(plain->io_spec().metrics.empty());
+  CHECK(measured->io_spec().metrics == std::vector<std::string>{"accuracy"});
+  CHECK(measured->io_spec().output == TensorSpec{DType::f32, {2}});
+  // Rows 0 and 2 have their largest logit at the target (row 2 ties: the first wins);
+  // rows 1 and 3 do not: accuracy 1/2.
+  Tensor logits = *Tensor::zeros(Shape{4, 3}, DType::f32);
+  float* z = logits.data<float>();
+  z[0 * 3 + 2] = 2.0f;                     // row 0: class 2, target 2
+  z[1 * 3 + 0] = 1.0f;                     // row 1: class 0, target 1
+  z[2 * 3 + 0] = z[2 * 3 + 1] = 0.5f;      // row 2: classes 0 and 1 tie, target 0
+  z[3 * 3 + 1] = 3.0f;                     // row 3: class 1, target 2
+  Tensor targets = *Tensor::empty(Shape{4}, DType::i32);
+  const int32_t ids[] = {2, 1, 0, 2};
+  std::copy(ids, ids + 4, targets.data<int32_t>());
+  auto both = measured->forward(logits, &targets.view());
+  auto loss = plain->forward(logits, &targets.view());
+  REQUIRE(both.is_ok());
+  REQUIRE(loss.is_ok());
+  REQUIRE(both->shape() == Shape{2});
+  CHECK(both->data<float>()[0] == loss->data<float>()[0]);
+  CHECK(both->data<float>()[1] == 0.5f);
+  auto grad_measured = measured->backward(logits, scalar(1.0f), &targets.view());
+  auto grad_plain = plain->backward(logits, scalar(1.0f), &targets.view());
+  REQUIRE(grad_measured.is_ok());
+  CHECK(bitwise_equal(*grad_measured, *grad_plain));
+}
+
 }  // namespace
 }  // namespace swarm::layers::testing

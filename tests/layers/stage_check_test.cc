@@ -80,6 +80,13 @@ TEST_CASE("the classifier's trunk and head stages pass the stage checker") {
   check_passes(*head, normal_tensor(Shape{8, 16}, /*seed=*/6), ids_tensor(Shape{8}, 3, /*seed=*/7));
 }
 
+TEST_CASE("a head that reports accuracy passes the stage checker") {
+  using Head = Sequential<Linear<Cpu>, SoftmaxCrossEntropy<Cpu, ReportAccuracy>>;
+  auto head = Head::create(2, Linear<Cpu>(16, 3), SoftmaxCrossEntropy<Cpu, ReportAccuracy>());
+  REQUIRE(head.is_ok());
+  check_passes(*head, normal_tensor(Shape{8, 16}, /*seed=*/6), ids_tensor(Shape{8}, 3, /*seed=*/7));
+}
+
 TEST_CASE("a token model's first and last stages pass the stage checker") {
   using Embed = SequenceSequential<Embedding<Cpu>, LayerNorm<Cpu>, Residual<Linear<Cpu>, Gelu<Cpu>, Linear<Cpu>>>;
   auto embed = Embed::create(1, Embedding<Cpu>(11, 8, /*positions=*/6), LayerNorm<Cpu>(8),

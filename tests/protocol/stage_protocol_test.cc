@@ -431,6 +431,59 @@ TEST_CASE("stage info round-trips, and a hostile info reply is refused field by 
   CHECK_FALSE(spec_from_json(R"({"stage":-1,"input":{"dtype":"f32","dims":[]},"output":{"dtype":"f32","dims":[]},"codec":"none"})").is_ok());
 }
 
+TEST_CASE("a loss stage's metrics: named in its info, carried after the loss in its reply; hostile ones refused") {
+  StageSpec spec = last_stage(CodecId::bf16);
+  spec.io.metrics = {"accuracy", "top_5"};
+  spec.io.output = TensorSpec{DType::f32, {3}};
+  auto parsed = parse_info_reply(*encode_info_reply(4, spec), wire::Limits{});
+  REQUIRE_MESSAGE(parsed.is_ok(), parsed.status().to_string());
+  CHECK(parsed->io.metrics == spec.io.metrics);
+  // An older peer's info, and a stage without metrics, name none.
+  CHECK(parse_info_reply(*encode_info_reply(4, last_stage(CodecId::bf16)), wire::Limits{})->io.metrics.empty());
+
+  const auto info_with = [&](const std::string& metrics, const std::string& output_dims) {
+    return spec_from_json(R"({"stage":1,"input":{"dtype":"f32","dims":[-1,4]},"targets":{"dtype":"i32","dims":[-1]},)"
+                          R"("output":{"dtype":"f32","dims":[)" + output_dims + R"(]},"codec":"none","metrics":)" +
+                          metrics + "}");
+  };
+  CHECK(info_with(R"(["accuracy"])", "2").is_ok());
+  CHECK_FALSE(info_with(R"("accuracy")", "2").is_ok());                      // not a list
+  CHECK_FALSE(info_with(R"(["Accuracy"])", "2").is_ok());                    // not [a-z0-9_]
+  CHECK_FALSE(info_with(R"(["<b>"])", "2").is_ok());
+  CHECK_FALSE(info_with(R"([""])", "2").is_ok());
+  CHECK_FALSE(info_with(R"([7])", "2").is_ok());
+  CHECK_FALSE(info_with(R"(["a","a"])", "3").is_ok());                       // twice
+  CHECK_FALSE(info_with(R"(["a","b","c","d","e","f","g","h","i"])", "10").is_ok());  // more than kMaxStageMetrics
+  CHECK_FALSE(info_with(R"(["accuracy"])", "1").is_ok());                    // the output holds no value for it
+  CHECK_FALSE(info_with(R"(["accuracy"])", "-1,4").is_ok());
+  CHECK_FALSE(info_with("[\"" + std::string(33, 'a') + "\"]", "2").is_ok());
+
+  // Its backward still takes d_loss, f32 [1]: the metrics have no gradient.
+  Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
+  d_loss.data<float>()[0] = kLossGradient;
+  const auto in_bf16 = [&](const Tensor& t) { return *encode_floats<StandardCodecs>(t, CodecId::bf16); };
+  StageRequest backward{wire::MessageKind::backward, 3, in_bf16(hidden(2)), raw_tensor(d_loss), raw_tensor(tokens(2))};
+  const Status accepted = check(backward, spec);
+  CHECK_MESSAGE(accepted.is_ok(), accepted.to_string());
+
+  StageReply reply{std::nullopt, 0.75f, {0.5f, 0.875f}};
+  auto frames = *encode_reply(3, 1, reply);
+  auto back = parse_reply(frames, wire::Limits{}, /*has_loss=*/true);
+  REQUIRE(back.is_ok());
+  CHECK(*back->loss == 0.75f);
+  CHECK(back->metrics == std::vector<float>{0.5f, 0.875f});
+  CHECK(volume_of(*back).values == 3);
+  // A loss tensor of more values than a stage may report, or of another rank, is no reply.
+  wire::MessageHeader header;
+  header.kind = wire::MessageKind::result;
+  for (const Shape& shape : {Shape{static_cast<int64_t>(2 + kMaxStageMetrics)}, Shape{1, 2}, Shape{0}}) {
+    CAPTURE(shape.to_string());
+    Tensor losses = *Tensor::zeros(shape, DType::f32);
+    auto hostile = *wire::encode_message(header, std::vector<TensorView>{losses});
+    CHECK_FALSE(parse_reply(hostile, wire::Limits{}, true).is_ok());
+  }
+}
+
 TEST_CASE("stage info carries the gradient codec; an older peer's info without it means its codec") {
   StageSpec spec = last_stage(CodecId::blockwise4);
   spec.gradient_codec = CodecId::blockwise8;

@@ -132,6 +132,44 @@ TEST_CASE("the checker catches a stage whose rows depend on the rest of the batc
   CHECK_MESSAGE(names(report, "stacked from two halves"), report.to_string());
 }
 
+// A loss stage that reports, as a "metric", how many rows its batch had: a value
+// that is no mean over rows, so the trainers' averages of it would mean nothing.
+class CountsRows {
+ public:
+  using stage_concept = stage_t;
+  explicit CountsRows(MlpStage inner) : inner_(std::move(inner)) {}
+  bool takes_targets() const { return true; }
+  StageIoSpec io_spec() const {
+    StageIoSpec spec = inner_.io_spec();
+    spec.metrics = {"rows"};
+    spec.output = TensorSpec{DType::f32, {2}};
+    return spec;
+  }
+  Result<Tensor> forward(const TensorView& input, const TensorView* targets) {
+    SWARM_ASSIGN_OR_RETURN(Tensor loss, inner_.forward(input, targets));
+    Tensor out = *Tensor::empty(Shape{2}, DType::f32);
+    out.data<float>()[0] = loss.data<float>()[0];
+    out.data<float>()[1] = static_cast<float>(input.shape()[0]);
+    return out;
+  }
+  Result<Tensor> backward(const TensorView& input, const TensorView& grad, const TensorView* targets) {
+    return inner_.backward(input, grad, targets);
+  }
+  std::vector<StageParameterView> parameter_views() { return inner_.parameter_views(); }
+  Status zero_grad() { return inner_.zero_grad(); }
+
+ private:
+  MlpStage inner_;
+};
+
+TEST_CASE("the checker catches a metric that is no mean over rows, naming it") {
+  CountsRows counts(*MlpStage::create({.in = 4, .out = 2, .loss = true}, 8));
+  StageCheckReport report = check_stage(counts, normal_tensor(Shape{6, 4}, 1), normal_tensor(Shape{6, 2}, 2));
+  CHECK_FALSE(report.ok());
+  CHECK_MESSAGE(names(report, "metric rows"), report.to_string());
+  CHECK_FALSE(names(report, "the loss of the whole batch"));  // its loss is fine
+}
+
 TEST_CASE("the checker catches a forward that changes between runs") {
   Flawed<Flaw::forward_drifts> drifting(hidden_layer());
   StageCheckReport report = check_stage(drifting, normal_tensor(Shape{6, 4}, 1));

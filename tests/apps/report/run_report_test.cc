@@ -336,6 +336,30 @@ TEST_CASE("a model's own units name the loss, the rate and the axes; odd units a
   CHECK(render_report_html(odd_run).find("nats/<script>") == std::string::npos);
 }
 
+TEST_CASE("a model's metrics: each step's in a plot, the validation's in the summary; junk names are left out") {
+  const char* steps = R"({"kind":"step","step":1,"loss":1.1,"metrics":{"accuracy":0.4,"Bad Name":1,"top_2":"x"},"samples_completed":16,"time":1.0}
+{"kind":"step","step":2,"loss":0.3,"metrics":{"accuracy":0.9},"samples_completed":32,"time":2.0}
+{"kind":"step","step":2,"loss":0.3,"validation_loss":0.08,"validation_metrics":{"accuracy":0.975,"<script>":1},"time":2.5}
+)";
+  const RunRecords run = records_of(steps, kConfig);
+  const RunTimeline t = build_timeline(run);
+  REQUIRE(t.metrics_by_time.size() == 1);
+  REQUIRE(t.metrics_by_time.count("accuracy") == 1);
+  CHECK(t.metrics_by_time.at("accuracy").size() == 2);
+  CHECK(t.metrics_by_time.at("accuracy").back().second == doctest::Approx(0.9));
+  REQUIRE(t.validation_metrics.size() == 1);
+  CHECK(t.validation_metrics.at("accuracy") == doctest::Approx(0.975));
+  const std::string html = render_report_html(run);
+  CHECK(html.find("<tr><th>final validation accuracy</th><td><b id=\"validation-accuracy\">0.9750</b></td></tr>") !=
+        std::string::npos);
+  CHECK_FALSE(svg_of(html, "plot-metrics").empty());
+  CHECK(html.find("<script>") == std::string::npos);
+  // A run without metrics has no such plot or row.
+  const std::string plain = render_report_html(records_of(kCrashedRun, kConfig));
+  CHECK(svg_of(plain, "plot-metrics").empty());
+  CHECK(plain.find("final validation accuracy") == std::string::npos);
+}
+
 fs::path scratch(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   const fs::path dir = fs::path(base ? base : "/tmp") / name;
