@@ -18,6 +18,30 @@ def swarm_cc_test(name, srcs, deps = [], copts = [], **kwargs):
         **kwargs
     )
 
+def swarm_cc_test_in_processes(name, srcs, processes, deps = [], data = [], copts = [], tags = [], **kwargs):
+    """A doctest test whose cases run in `processes` processes at once, each a
+    contiguous share with its own $TEST_TMPDIR (tests/doctest_in_processes.sh):
+    for cases that mostly wait, such as swarms of processes with slept compute.
+    The cases are a testonly binary, name + "_cases"."""
+    cases = name + "_cases"
+    native.cc_binary(
+        name = cases,
+        testonly = True,
+        srcs = srcs,
+        copts = CXX_OPTS + copts,
+        deps = deps + ["//tests:doctest_main"],
+        data = data,
+        tags = tags,
+    )
+    native.sh_test(
+        name = name,
+        srcs = ["//tests:doctest_in_processes.sh"],
+        args = ["$(rootpath :%s)" % cases, str(processes)],
+        data = [":" + cases] + data,
+        tags = tags,
+        **kwargs
+    )
+
 def swarm_cc_benchmark(name, srcs, deps = [], copts = [], tags = [], **kwargs):
     """A Google Benchmark program, run as a test only when asked for by tag."""
     native.cc_test(
