@@ -27,6 +27,10 @@ CXX_OPTS = [
     # GCC 12 reports its own AVX-512 intrinsics header (inlined through Eigen)
     # hundreds of times per file; the warning carries no signal for our code.
     "-Wno-maybe-uninitialized",
+    # Every object is position-independent (--force_pic, .bazelrc), and -fPIC alone
+    # lets GCC assume a global function may be replaced at load time, so it does not
+    # inline one into its callers: the main job ran 3% slower for it.
+    "-fno-semantic-interposition",
 ]
 
 # Machine code for A100 (sm_80) and H100/H200 (sm_90), plus PTX so newer GPUs
