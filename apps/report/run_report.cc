@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "apps/bench/svg_chart.h"
+#include "swarm/api/stage.h"
 
 namespace swarm::apps {
 namespace {
@@ -99,15 +100,9 @@ std::optional<std::string> unit_of(const json& units, const char* key) {
   return unit;
 }
 
-// A record's named metrics ({"accuracy": 0.97}): at most kMaxMetrics names, each 1 to
-// 32 of [a-z0-9_], numbers only; anything else in it is left out.
-constexpr size_t kMaxMetrics = 8;
-
-bool metric_name(const std::string& name) {
-  if (name.empty() || name.size() > 32) return false;
-  return std::all_of(name.begin(), name.end(),
-                     [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; });
-}
+// A record's named metrics ({"accuracy": 0.97}): as many and named as a loss stage
+// may name them (swarm/api/stage.h), numbers only; anything else in it is left out.
+constexpr size_t kMaxMetrics = kMaxStageMetrics;
 
 template <typename Visit>
 void for_each_metric(const json& record, const char* key, Visit visit) {
@@ -118,7 +113,7 @@ void for_each_metric(const json& record, const char* key, Visit visit) {
     const std::string& name = item.key();
     const json& value = item.value();
     if (taken == kMaxMetrics) return;
-    if (!metric_name(name) || !value.is_number() || !std::isfinite(value.get<double>())) continue;
+    if (!valid_metric_name(name) || !value.is_number() || !std::isfinite(value.get<double>())) continue;
     visit(name, value.get<double>());
     ++taken;
   }
