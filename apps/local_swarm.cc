@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/access_link_role.h"
 #include "apps/chaos.h"
 #include "apps/child_process.h"
 #include "apps/local_owner.h"
@@ -34,6 +35,7 @@
 #include "swarm/trainer/trainer.h"
 #include "swarm/trainer/training_loop.h"
 #include "swarm/wiring/stochastic_wiring.h"
+#include "transports/netem/access_links.h"
 #include "transports/netem/link_model.h"
 #include "transports/netem/netem_transport.h"
 #include "transports/zmq/zmq_transport.h"
@@ -43,7 +45,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-// Over an emulated link to every peer where --link names one, else a perfect one.
+// Behind the process's emulated access link where --link names one, else straight over ZeroMQ.
 using SwarmTrainer =
     Trainer<StochasticWiringRouter, NetemTransport<ZmqTransport>, DhtRegistry, compression::StandardCodecs>;
 
@@ -94,6 +96,32 @@ int64_t expected_global_steps(const LocalSwarmOptions& o) {
   return std::max<int64_t>(1, int64_t{o.steps} * o.microbatch * o.microbatches_per_step * o.trainers / batch);
 }
 
+std::string link_board_path(const LocalSwarmOptions& o) { return (fs::path(o.run_dir) / "links.board").string(); }
+
+// The process's access link lasts as long as the run that set it.
+struct ProcessLinkScope {
+  ~ProcessLinkScope() { netem::set_process_access_link(std::nullopt); }
+};
+
+// What each process's link carried, from the board this process shares with them.
+std::vector<LocalSwarmReport::LinkBytes> link_bytes() {
+  const std::optional<netem::AccessLink> link = netem::process_access_link();
+  if (!link) return {};
+  using Direction = netem::AccessLinkBoard::Direction;
+  std::vector<LocalSwarmReport::LinkBytes> carried;
+  for (int slot : link->board()->joined()) {
+    carried.push_back({link->board()->name_of(slot), link->board()->bytes_carried(slot, Direction::up),
+                       link->board()->bytes_carried(slot, Direction::down)});
+  }
+  return carried;
+}
+
+nlohmann::json link_bytes_json(const std::vector<LocalSwarmReport::LinkBytes>& carried) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& link : carried) out[link.name] = {{"up", link.up}, {"down", link.down}};
+  return out;
+}
+
 std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const std::string& id, uint16_t port,
                                    double slowdown, bool resume) {
   std::vector<std::string> sync = {"--global-batch", std::to_string(global_batch_of(o)),
@@ -125,6 +153,7 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
   const std::vector<std::string> compute = compute_flags(o.compute);
   args.insert(args.end(), compute.begin(), compute.end());
   args.insert(args.end(), sync.begin(), sync.end());
+  if (!o.link.empty()) args.insert(args.end(), {"--link", o.link, "--link-board", link_board_path(o)});
   return args;
 }
 
@@ -882,9 +911,6 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   SWARM_ASSIGN_OR_RETURN(const WireCodecs codecs, parse_wire_codecs(o.codec, o.gradient_codec));
   config.codec = codecs.activations;
   config.gradient_codec = codecs.gradients;
-  if (!o.link.empty()) {
-    SWARM_ASSIGN_OR_RETURN(config.client.link, netem::parse_link(o.link));
-  }
   std::vector<std::unique_ptr<SwarmTrainer>> trainers;
   for (int t = 0; t < o.trainers; ++t) {
     config.trainer_id = fmt::format("trainer{}", t);
@@ -1068,6 +1094,10 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   if (access.secured() && ::setenv("SWARM_SECRET", access.secret().c_str(), 1) != 0) {
     return internal("cannot pass the secret to the peers");
   }
+  // This process (its trainers) behind an emulated link of its own, and each peer it starts behind one too.
+  if (spawn && !o.link.empty()) fs::remove(link_board_path(o));
+  SWARM_RETURN_IF_ERROR(join_access_link(o.link, spawn && !o.link.empty() ? link_board_path(o) : "", "trainers"));
+  const ProcessLinkScope link_scope;
   std::optional<DhtRegistry> bootstrap_node;
   SWARM_ASSIGN_OR_RETURN(DhtRegistry registry, join_registry(o, access, &bootstrap_node, print));
   std::optional<PeerFleet> fleet;
@@ -1084,6 +1114,7 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
   SwarmRun run{o, start_step, data, metrics, registry, access, peers, std::move(chaos), std::move(known)};
   SWARM_ASSIGN_OR_RETURN(LocalSwarmReport report, train_and_validate(run, print));
   report.seconds = metrics.seconds();
+  report.link_bytes = link_bytes();
   metrics.write({{"kind", "step"}, {"step", report.steps}, {"loss", report.last_loss},
                  {"validation_loss", report.validation_loss ? nlohmann::json(*report.validation_loss)
                                                             : nlohmann::json(nullptr)},
@@ -1095,7 +1126,8 @@ Result<LocalSwarmReport> run_local_swarm(const LocalSwarmOptions& options, const
                  {"microbatches_abandoned", report.microbatches_abandoned}, {"retries", report.retries},
                  {"wire_bytes", report.wire_bytes}, {"wire_values", report.wire_values},
                  {"allreduce_bytes", report.allreduce_bytes}, {"allreduce_values", report.allreduce_values},
-                 {"refused_records", report.unvouched_records}});
+                 {"refused_records", report.unvouched_records},
+                 {"link_bytes", link_bytes_json(report.link_bytes)}});
   if (Status written = write_run_report(o.run_dir); written.is_ok()) {
     print(fmt::format("report: {}/report.html", o.run_dir), false);
   } else {

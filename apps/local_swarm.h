@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "apps/swarm_roles.h"
@@ -134,6 +135,14 @@ struct LocalSwarmReport {
   int64_t wire_values = 0;
   int64_t allreduce_bytes = 0;
   int64_t allreduce_values = 0;
+  // With --link: bytes each process's emulated link carried (every message,
+  // headers included), up and down, by the name it joined under ("trainers", peer ids).
+  struct LinkBytes {
+    std::string name;
+    uint64_t up = 0;
+    uint64_t down = 0;
+  };
+  std::vector<LinkBytes> link_bytes;
   // The codecs the run used (a resumed run: those of its config.json), gradients resolved.
   std::string codec;
   std::string gradient_codec;

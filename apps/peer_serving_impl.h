@@ -12,6 +12,7 @@
 #include "apps/peer_serving.h"
 #include "swarm/compression/codecs.h"
 #include "swarm/peer/peer.h"
+#include "transports/netem/netem_transport.h"
 #include "transports/zmq/zmq_transport.h"
 
 namespace swarm::apps {
@@ -20,7 +21,8 @@ namespace swarm::apps {
 // until a stop signal, with a line of progress every 5 s; the exit status.
 template <Stage S>
 int serve_peer_with(const PeerServing& serving, StageFactory<S> make_stage, const std::string& compute) {
-  using ServingPeer = Peer<S, ZmqTransport, DhtRegistry, compression::StandardCodecs>;
+  // Over ZeroMQ, behind the process's emulated access link where --link names one.
+  using ServingPeer = Peer<S, NetemTransport<ZmqTransport>, DhtRegistry, compression::StandardCodecs>;
   const PeerRoleOptions& options = serving.options;
   const PeerConfig& config = serving.config;
   ServingPeer peer(config, std::move(make_stage), serving.registry);

@@ -86,6 +86,12 @@ int run_swarm(const LocalSwarmOptions& options, const char* name) {
   fmt::print("wire ({}): pipeline {:.4f} bytes/value ({} values) | all-reduce {:.4f} bytes/value ({} values)\n",
              wire_codecs_label(*report), per_value(report->wire_bytes, report->wire_values), report->wire_values,
              per_value(report->allreduce_bytes, report->allreduce_values), report->allreduce_values);
+  // Per completed microbatch, validation's included, so hub and peer-to-peer runs compare.
+  const double microbatches = static_cast<double>(std::max<int64_t>(report->microbatches_completed, 1));
+  for (const auto& link : report->link_bytes) {
+    fmt::print("link of {} (--link {}): {:.0f} bytes up, {:.0f} down per completed microbatch\n", link.name,
+               options.link, static_cast<double>(link.up) / microbatches, static_cast<double>(link.down) / microbatches);
+  }
   // The summary stands either way; a run that could evaluate no validation window failed.
   return report->validation_loss ? 0 : 1;
 }
@@ -150,8 +156,9 @@ void add_swarm_options(CLI::App* command, LocalSwarmOptions* o) {
   command->add_option("--time-limit", o->time_limit_seconds, "Stop training after this many seconds (0: none)")
       ->capture_default_str();
   command->add_option("--link", o->link,
-                      "Emulate a slow link from the trainers to every peer, each way: RATE,LATENCY in tc's units "
-                      "(\"200mbit,50ms\"; 0 for either is none)");
+                      "Put every process behind an emulated link of its own, shared by all its traffic (the trainers "
+                      "of one process share one): RATE,LATENCY in tc's units (\"200mbit,50ms\"; 0 for either is "
+                      "none)");
   add_secret_option(command, &o->secret);
 }
 
@@ -258,6 +265,12 @@ int run_program(int argc, char** argv, ModelPluginFactory make_model, const std:
   peer_cmd->add_option("--bootstrap", peer.bootstrap, "HOST:PORT of a DHT node")->required();
   add_host_option(peer_cmd, &peer.host);
   peer_cmd->add_option("--bind", peer.bind, "ZeroMQ endpoint to serve on (default: tcp://HOST:*)");
+  peer_cmd->add_option("--link", peer.link,
+                       "Put this peer behind an emulated link of its own, shared by all its traffic: RATE,LATENCY "
+                       "in tc's units (\"200mbit,50ms\"; 0 for either is none)");
+  peer_cmd->add_option("--link-board", peer.link_board,
+                       "The file the emulated links of one run share (swarm local passes it); default: this "
+                       "peer's link alone");
   peer_model->add_options(*peer_cmd);
   peer_cmd->add_option("--model-options", peer.model_options,
                        "The model's options as JSON, as swarm local passes them (they override its flags)");

@@ -11,6 +11,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/access_link_role.h"
 #include "apps/compute_options.h"
 #include "apps/model_plugin.h"
 #include "apps/peer_serving.h"
@@ -152,6 +153,11 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
   auto peer_id = access->peer_id(options.peer_id.empty() ? fmt::format("peer-{}", ::getpid()) : options.peer_id);
   if (!peer_id.is_ok()) {
     fmt::print(stderr, "swarm peer: --peer-id: {}\n", peer_id.status().to_string());
+    return 1;
+  }
+  // Before any server binds, so that its address is registered behind the link.
+  if (Status linked = join_access_link(options.link, options.link_board, *peer_id); !linked.is_ok()) {
+    fmt::print(stderr, "swarm peer: {}\n", linked.to_string());
     return 1;
   }
   std::vector<std::string> bootstrap;

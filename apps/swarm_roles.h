@@ -45,6 +45,8 @@ struct PeerRoleOptions {
   ComputeOptions compute;  // --device, --precision, --attention
   int stage = -1;  // -1: the stage the swarm needs most when it starts
   int num_stages = 2;
+  std::string link;        // RATE,LATENCY: this process's emulated access link; empty: none
+  std::string link_board;  // the board the run's processes share; empty: a link of this process alone
   // Seconds between rebalancing checks (jittered); 0: serve one stage for ever.
   double rebalance_period_seconds = 300;
   std::string peer_id;

@@ -146,7 +146,17 @@ double rate_of(const std::string& output) {
 
 }  // namespace
 
-// Every call of the trainers crosses the emulated link each way: four 20 ms hops
+// The last record of a run's metrics.jsonl.
+nlohmann::json final_record(const fs::path& run_dir) {
+  std::istringstream records(read_all(run_dir / "metrics.jsonl"));
+  nlohmann::json last;
+  for (std::string line; std::getline(records, line);) {
+    if (!line.empty()) last = nlohmann::json::parse(line);
+  }
+  return last;
+}
+
+// Every call of the trainers crosses the emulated links each way: four 20 ms hops
 // per microbatch, where the classifier computes one in well under a millisecond.
 TEST_CASE("a slow link set by --link shows in the run's rate; a malformed one is refused by name") {
   const fs::path dir = temp_dir("classifier-link");
@@ -166,6 +176,24 @@ TEST_CASE("a slow link set by --link shows in the run's rate; a malformed one is
   CHECK(slow_rate < 0.5 * perfect_rate);
   CHECK(summary_of(slow.output).abandoned == 0);
   CHECK(nlohmann::json::parse(read_all(dir / "slow" / "config.json"))["link"] == "10mbit,20ms");
+
+  // Every process was behind a link of its own: the trainers' and the four peers'. Each message
+  // crossed its sender's up link and its receiver's down link, so the two sums agree only if every
+  // server was found behind its address, the stage-mates' all-reduce included.
+  const nlohmann::json links = final_record(dir / "slow")["link_bytes"];
+  INFO(links.dump());
+  REQUIRE(links.is_object());
+  CHECK(links.size() == 5);
+  CHECK(links.contains("trainers"));
+  uint64_t up = 0, down = 0;
+  for (const auto& [name, carried] : links.items()) {
+    CHECK(carried["up"].get<uint64_t>() > 0);
+    CHECK(carried["down"].get<uint64_t>() > 0);
+    up += carried["up"].get<uint64_t>();
+    down += carried["down"].get<uint64_t>();
+  }
+  CHECK(up == down);
+  CHECK(final_record(dir / "perfect")["link_bytes"].empty());
 
   const Run bad = train("bad", "--link fast");
   CHECK(bad.exit_code != 0);

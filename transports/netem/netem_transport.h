@@ -28,6 +28,7 @@
 
 #include "swarm/core/status.h"
 #include "swarm/wire/wire.h"
+#include "transports/netem/access_links.h"
 #include "transports/netem/link_model.h"
 #include "swarm/api/transport.h"
 
@@ -45,6 +46,11 @@ struct NetemOptions {
   // polls inner calls this often while any is in flight: it bounds the error
   // added to every reply.
   netem::Duration poll_interval = std::chrono::microseconds(500);
+  // This process's access link, which every message of the connection crosses
+  // (and the server's, where the board has one behind the address) before the
+  // connection's own up and down links; none means the process's
+  // (netem::process_access_link()), if it has one.
+  std::optional<netem::AccessLink> access{};
 };
 
 // Implicit from ClientOptions, so code written against the Transport concept
@@ -118,6 +124,8 @@ class NetemClient {
     bool direct = false;
     std::string peer;
     TransportCounters counters;
+    // The server's slot on the access board, once some process registered its address there.
+    std::optional<int> server_slot;
 
     std::mutex mu;
     std::condition_variable cv;
@@ -159,6 +167,20 @@ class NetemClient {
       scheduler = std::thread([this] { run(); });
     }
 
+    enum class Way { to_server, to_client };
+    // The access links first (this process's and the server's), then the
+    // connection's own link, which may add delay and loss of its own.
+    netem::LinkModel::Delivery cross(netem::LinkModel& own, Clock::time_point now, uint64_t bytes, Way way) {
+      if (!options.access) return own.schedule(now, bytes);
+      netem::AccessLinkBoard& board = *options.access->board();
+      if (!server_slot) server_slot = board.slot_of(peer);
+      const std::optional<int> self = options.access->slot();
+      const Clock::time_point arrives = way == Way::to_server ? board.deliver(self, server_slot, now, bytes)
+                                                              : board.deliver(server_slot, self, now, bytes);
+      if (own.spec().perfect()) return {false, arrives};
+      return own.schedule(arrives, bytes);
+    }
+
     void push_locked(Clock::time_point at, EventKind kind, CallId id) {
       events.push(Event{at, next_sequence++, kind, id});
     }
@@ -175,7 +197,7 @@ class NetemClient {
           return Call(std::move(state));
         }
         const Clock::time_point now = Clock::now();
-        netem::LinkModel::Delivery delivery = up.schedule(now, bytes);
+        netem::LinkModel::Delivery delivery = cross(up, now, bytes, Way::to_server);
         Pending entry{state, std::nullopt, std::nullopt};
         if (!delivery.dropped && !options.faults.dropped(peer, now)) {
           entry.request = std::move(request);
@@ -310,7 +332,7 @@ class NetemClient {
         if (it == pending.end()) continue;
         // An error reply crosses the link too, carrying no payload bytes.
         const uint64_t bytes = reply.is_ok() ? frame_bytes(*reply) : 0;
-        netem::LinkModel::Delivery delivery = down.schedule(now, bytes);
+        netem::LinkModel::Delivery delivery = cross(down, now, bytes, Way::to_client);
         if (delivery.dropped || options.faults.dropped(peer, now)) continue;  // expire clears it
         it->second.reply = std::move(reply);
         push_locked(delivery.deliver_at, EventKind::deliver_reply, id);
@@ -339,7 +361,8 @@ class NetemClient {
 };
 
 // Servers pass straight through: the client side models both directions of
-// its link, so a server needs no emulation of its own.
+// its link, so a server needs no emulation of its own. A server of a process
+// with an access link registers its address there, so that clients find it.
 template <Transport Inner>
 struct NetemTransport {
   using transport_concept = transport_t;
@@ -348,7 +371,13 @@ struct NetemTransport {
   using address_type = typename Inner::address_type;
 
   static Result<server_type> bind(const address_type& address, ServerOptions options) {
-    return Inner::bind(address, options);
+    SWARM_ASSIGN_OR_RETURN(server_type server, Inner::bind(address, options));
+    if constexpr (std::convertible_to<const address_type&, std::string_view>) {
+      if (const std::optional<netem::AccessLink> access = netem::process_access_link()) {
+        SWARM_RETURN_IF_ERROR(access->add_address(server.address()).with_context("the server's access link"));
+      }
+    }
+    return server;
   }
 
   // invalid_argument for a bad LinkSpec; otherwise whatever Inner::connect says.
@@ -364,8 +393,9 @@ struct NetemTransport {
     if constexpr (std::convertible_to<const address_type&, std::string>) {
       if (peer.empty()) peer = address;
     }
+    if (!options.netem.access) options.netem.access = netem::process_access_link();
     const bool direct = options.netem.up.perfect() && options.netem.down.perfect() &&
-                        options.netem.faults.faults().empty();
+                        options.netem.faults.faults().empty() && !options.netem.access;
     auto core = std::make_unique<typename client_type::Core>(std::move(inner), std::move(options.netem),
                                                              std::move(peer));
     core->direct = direct;
