@@ -154,6 +154,7 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
   args.insert(args.end(), compute.begin(), compute.end());
   args.insert(args.end(), sync.begin(), sync.end());
   if (!o.link.empty()) args.insert(args.end(), {"--link", o.link, "--link-board", link_board_path(o)});
+  if (o.hops == "p2p") args.push_back("--p2p");
   return args;
 }
 
@@ -737,6 +738,7 @@ Status check_options(const LocalSwarmOptions& o) {
   }
   SWARM_RETURN_IF_ERROR(parse_wire_codecs(o.codec, o.gradient_codec).status());
   if (!o.link.empty()) SWARM_RETURN_IF_ERROR(netem::parse_link(o.link).status().with_context("--link"));
+  if (o.hops != "hub" && o.hops != "p2p") return invalid_argument("--hops is hub or p2p, not '{}'", o.hops);
   SWARM_RETURN_IF_ERROR(o.model->prepare(o.stages));
   // The peers would each fail the same way; say it once, before any starts.
   SWARM_ASSIGN_OR_RETURN(ComputeBackend backend, parse_compute(o.compute));
@@ -799,6 +801,7 @@ Status create_run_dir(const LocalSwarmOptions& o, const ModelData& data) {
       {"emulated_seconds_per_sample", o.emulated_seconds_per_sample},
       {"transport", "zmq"},
       {"link", o.link},
+      {"hops", o.hops},
       {"codec", o.codec},
       {"gradient_codec", gradient_codec_name(o.codec, o.gradient_codec)},
       {"device", o.compute.device},
@@ -911,6 +914,7 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   SWARM_ASSIGN_OR_RETURN(const WireCodecs codecs, parse_wire_codecs(o.codec, o.gradient_codec));
   config.codec = codecs.activations;
   config.gradient_codec = codecs.gradients;
+  config.peer_to_peer = o.hops == "p2p";
   std::vector<std::unique_ptr<SwarmTrainer>> trainers;
   for (int t = 0; t < o.trainers; ++t) {
     config.trainer_id = fmt::format("trainer{}", t);

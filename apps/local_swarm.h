@@ -66,6 +66,9 @@ struct LocalSwarmOptions {
   // "RATE,LATENCY" (netem's "200mbit,50ms"): the trainers' link to every peer,
   // emulated each way; empty: the network as it is.
   std::string link;
+  // "hub": every pipeline message goes through the trainer; "p2p": the trainer sends
+  // tokens and targets to stage 0 and the peers pass each microbatch on themselves.
+  std::string hops = "hub";
   int eval_windows = 32;          // validation samples (a GPT's: windows) evaluated at the end
   double forward_timeout_seconds = 10;
   double backward_timeout_seconds = 20;

@@ -159,6 +159,11 @@ void add_swarm_options(CLI::App* command, LocalSwarmOptions* o) {
                       "Put every process behind an emulated link of its own, shared by all its traffic (the trainers "
                       "of one process share one): RATE,LATENCY in tc's units (\"200mbit,50ms\"; 0 for either is "
                       "none)");
+  command->add_option("--hops", o->hops,
+                      "hub: every pipeline message goes through the trainer; p2p: the trainer sends tokens and "
+                      "targets to stage 0, and each peer passes the microbatch on to a peer of the next stage "
+                      "itself (the peers must run with --p2p; swarm local starts them so)")
+      ->capture_default_str();
   add_secret_option(command, &o->secret);
 }
 
@@ -265,6 +270,8 @@ int run_program(int argc, char** argv, ModelPluginFactory make_model, const std:
   peer_cmd->add_option("--bootstrap", peer.bootstrap, "HOST:PORT of a DHT node")->required();
   add_host_option(peer_cmd, &peer.host);
   peer_cmd->add_option("--bind", peer.bind, "ZeroMQ endpoint to serve on (default: tcp://HOST:*)");
+  peer_cmd->add_flag("--p2p", peer.peer_to_peer,
+                     "Pass pipeline requests on to a peer of the next stage (trainers with --hops p2p send them)");
   peer_cmd->add_option("--link", peer.link,
                        "Put this peer behind an emulated link of its own, shared by all its traffic: RATE,LATENCY "
                        "in tc's units (\"200mbit,50ms\"; 0 for either is none)");

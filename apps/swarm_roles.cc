@@ -21,6 +21,9 @@
 #include "swarm/core/log.h"
 #include "swarm/peer/peer.h"
 #include "swarm/registry/dht_registry.h"
+#include "swarm/trainer/trainer.h"
+#include "swarm/wiring/stochastic_wiring.h"
+#include "transports/netem/netem_transport.h"
 #include "transports/zmq/zmq_transport.h"
 
 namespace swarm::apps {
@@ -105,6 +108,37 @@ Status prepare_model(const PeerRoleOptions& options, ModelPlugin& model) {
     SWARM_RETURN_IF_ERROR(model.set_options_json(json));
   }
   return model.prepare(options.num_stages);
+}
+
+}  // namespace
+
+namespace {
+
+// Pipelines a peer holds at once, each waiting for the stages after it.
+constexpr int kPipelineWorkers = 16;
+
+using HopTrainer =
+    Trainer<StochasticWiringRouter, NetemTransport<ZmqTransport>, DhtRegistry, compression::StandardCodecs>;
+
+// The trainer a peer passes pipelines on with: the swarm's routing (stochastic
+// wiring over the registry's records), timeouts and retries, under this peer's id.
+std::unique_ptr<HopTrainer> make_hop_trainer(const PeerRoleOptions& options, const PeerConfig& peer,
+                                             const SwarmAccess& access, DhtRegistry* registry) {
+  TrainerConfig config;
+  config.num_stages = options.num_stages;
+  config.trainer_id = peer.peer_id;
+  config.client = peer.client;
+  config.credential = access.credential();
+  config.codec = peer.codec;
+  config.gradient_codec = peer.gradient_codec;
+  config.refresh_period_seconds = 2.0;
+  std::vector<StochasticWiringRouter> routers;
+  for (int s = 0; s < options.num_stages; ++s) {
+    StochasticWiringConfig wiring;
+    wiring.seed = options.seed * 1000 + 500 + s;
+    routers.push_back(StochasticWiringRouter::create(wiring).value());
+  }
+  return std::make_unique<HopTrainer>(config, std::move(routers), registry);
 }
 
 }  // namespace
@@ -212,6 +246,15 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
   config.test_contribution_scale = {options.test_contribution_scale, options.test_contribution_scale_from_step};
   config.test_forge_reduced_part_from = options.test_forge_reduced_part_from;
   config.test_die_by_signal = true;
+  // Peer to peer: a trainer of this peer's own routes each pipeline on to the next stage.
+  std::unique_ptr<HopTrainer> hops;
+  if (options.peer_to_peer) {
+    hops = make_hop_trainer(options, config, *access, &*registry);
+    config.pass_pipeline_on = [trainer = hops.get()](const protocol::PipelineHop& hop) {
+      return trainer->pass_pipeline_on(hop);
+    };
+    config.pipeline_workers = kPipelineWorkers;
+  }
   return model.serve(PeerServing{options, config, &*registry, access->secured()});
 }
 

@@ -114,6 +114,14 @@ struct PeerConfig {
   AdmitCaller admit_caller;
   std::string credential;
 
+  // Peer to peer: how this peer sends the rest of a pipeline on to the next
+  // stage (apps give it a trainer's routing and retries); unset, it serves
+  // pipeline requests only as the last stage. Each pipeline holds a compute
+  // worker while the stages after it run, so the compute server has
+  // `pipeline_workers` of them (at least max_batch).
+  PassPipelineOn pass_pipeline_on;
+  int pipeline_workers = 0;
+
   // Adaptive rebalancing, for a peer built with a StageFactory: every period (with
   // jitter) it may move to the stage the pipeline needs most. 0 turns it off.
   int num_stages = 0;
@@ -425,7 +433,7 @@ class Peer {
                 local_step(*parts);
               }
             },
-            config_.admit_caller};
+            config_.admit_caller, config_.pass_pipeline_on};
   }
 
   void local_step(StageParts& parts) {
@@ -477,7 +485,7 @@ class Peer {
   Status bind_servers() {
     ServerOptions compute = config_.server;
     // Batching needs requests to wait side by side: one worker per batch slot.
-    compute.worker_threads = std::max(1, config_.max_batch);
+    compute.worker_threads = std::max({1, config_.max_batch, config_.pipeline_workers});
     ServerOptions control = config_.server;
     control.worker_threads = 2;  // a state chunk being encoded must not hold up a part
     SWARM_ASSIGN_OR_RETURN(auto compute_server, T::bind(config_.bind_address, compute));

@@ -9,7 +9,9 @@
 // The replica is reached through a shared pointer that set_replica swaps, so the
 // next request already runs on the new one. A stage that does not compute the loss
 // takes a backward only for a forward it served the same caller with the same
-// input (ForwardLedger), and only once.
+// input (ForwardLedger), and only once. A pipeline request (peer to peer) runs
+// this stage's forward, the rest of the pipeline through the pass_on hook, and
+// this stage's backward, in one request.
 //
 //   StageService<S, Codecs> service(options, replica, &stats, hooks);
 //   wire::Frames reply = service.handle(from, decoded_request);
@@ -60,10 +62,16 @@ struct StageServiceOptions {
 // authenticated and the credential its request carried; unset, everyone may.
 using AdmitCaller = std::function<Status(const PeerIdentity& from, std::string_view credential)>;
 
+// Peer to peer: sends the rest of a pipeline on to a peer of hop.next_stage
+// (which one, and retries elsewhere, are the hook's) and returns its reply: the
+// gradient of this stage's output and the loss. Blocks until then or the deadline.
+using PassPipelineOn = std::function<Result<protocol::StageReply>(const protocol::PipelineHop& hop)>;
+
 struct StageServiceHooks {
   std::function<Status()> can_serve;                 // an error reply while re-syncing or dead
   std::function<void(int64_t samples)> on_backward;  // the sync loop or the local step
   AdmitCaller admit_caller;                          // a swarm with an owner: certified callers only
+  PassPipelineOn pass_on;                            // unset: pipeline requests are refused below the last stage
 };
 
 template <Stage S, CodecTable Codecs>
@@ -141,13 +149,16 @@ class StageService {
     if (bound && call->is_backward()) {
       if (Status ok = check_forward(from, *call, digest); !ok.is_ok()) return refused(ok);
     }
-    auto reply = serve(*replica, spec, *call, started);
+    auto reply = call->is_pipeline() ? serve_pipeline(*replica, spec, *call, started)
+                                     : serve(*replica, spec, *call, started);
     if (!reply.is_ok()) return refused(reply.status());
-    if (bound) settle_forward(from, *call, digest);
-    if (call->is_backward()) hooks_.on_backward(call->batch);
+    // A pipeline ran its forward and backward here in one request: nothing to bind.
+    if (bound && !call->is_pipeline()) settle_forward(from, *call, digest);
+    const bool accumulated = call->is_backward() || call->is_pipeline();
+    if (accumulated) hooks_.on_backward(call->batch);
     // A backward slept out its emulated time before its deadline check.
-    const double seconds = call->is_backward() ? elapsed(started) : emulate(started, call->batch, false);
-    record(call->is_backward(), call->batch, seconds);
+    const double seconds = accumulated ? elapsed(started) : emulate(started, call->batch, false);
+    record(accumulated, call->batch, seconds);
     auto frames = protocol::encode_reply(call->request_id, spec.stage, *reply);
     return frames.is_ok() ? std::move(frames).value() : error(frames.status());
   }
@@ -249,6 +260,54 @@ class StageService {
       grad_input = std::move(both.second);
     } else {
       SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output, ticket));
+    }
+    if (grad_input.defined()) {
+      SWARM_ASSIGN_OR_RETURN(reply.tensor, encode(grad_input, spec, protocol::TensorRole::grad_input));
+    }
+    return reply;
+  }
+
+  // Peer to peer: this stage's forward, the rest of the pipeline from a peer of
+  // the next stage (the hook's choice), then this stage's backward. The loss
+  // stage runs it as the fused backward, its d_loss fixed by the protocol.
+  Result<protocol::StageReply> serve_pipeline(ReplicaT& replica, const protocol::StageSpec& spec,
+                                              const protocol::StageCall& call,
+                                              std::chrono::steady_clock::time_point started) {
+    Tensor input_storage;
+    SWARM_ASSIGN_OR_RETURN(TensorView input, protocol::float_view<Codecs>(*call.input, &input_storage));
+    const BackwardTicket ticket{call.microbatch_id, call.deadline_unix_ms, call.batch,
+                                [&] { emulate(started, call.batch, true); }};
+    protocol::StageReply reply;
+    Tensor grad_input;
+    if (spec.io.targets) {
+      Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
+      d_loss.data<float>()[0] = protocol::kLossGradient;
+      SWARM_ASSIGN_OR_RETURN(auto both, replica.forward_and_backward(input, d_loss.view(), call.targets->view, ticket));
+      SWARM_RETURN_IF_ERROR(take_losses(both.first, spec, &reply));
+      grad_input = std::move(both.second);
+    } else {
+      if (!hooks_.pass_on) return failed_precondition("stage {} does not pass pipelines on", spec.stage);
+      SWARM_ASSIGN_OR_RETURN(Tensor out, compute_forward(replica, input, nullptr));
+      (void)emulate(started, call.batch, false);
+      const auto started_backward = std::chrono::steady_clock::now();
+      protocol::PipelineHop hop{spec.stage + 1, call.microbatch_id, call.deadline_unix_ms, {}, {}};
+      SWARM_ASSIGN_OR_RETURN(hop.output, encode(out, spec, protocol::TensorRole::output));
+      const wire::DecodedTensor& targets = *call.targets;
+      hop.targets = wire::EncodedTensor{targets.dtype, targets.codec,
+                                        std::vector<int64_t>(targets.shape.dims().begin(), targets.shape.dims().end()),
+                                        wire::Frame(std::string(targets.payload))};
+      SWARM_ASSIGN_OR_RETURN(protocol::StageReply rest, hooks_.pass_on(hop));
+      if (!rest.tensor || !rest.loss) return unavailable("stage {}'s reply lacks the gradient or the loss", hop.next_stage);
+      SWARM_ASSIGN_OR_RETURN(Tensor grad_output, protocol::decode_encoded<Codecs>(*rest.tensor));
+      if (grad_output.shape() != out.shape()) {
+        return unavailable("stage {} sent a gradient of {} for an output of {}", hop.next_stage,
+                           grad_output.shape().to_string(), out.shape().to_string());
+      }
+      const BackwardTicket backward_ticket{call.microbatch_id, call.deadline_unix_ms, call.batch,
+                                           [&] { emulate(started_backward, call.batch, true); }};
+      SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output.view(), backward_ticket));
+      reply.loss = rest.loss;
+      reply.metrics = std::move(rest.metrics);
     }
     if (grad_input.defined()) {
       SWARM_ASSIGN_OR_RETURN(reply.tensor, encode(grad_input, spec, protocol::TensorRole::grad_input));

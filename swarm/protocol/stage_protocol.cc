@@ -22,6 +22,9 @@ bool is_leading_match(const Shape& a, const Shape& b) {
 wire::TensorListSpec expected_tensors(const StageSpec& spec, wire::MessageKind kind) {
   wire::TensorListSpec list{static_cast<uint32_t>(spec.stage), {}};
   list.inputs.emplace_back(spec.io.input.dtype, spec.io.input.dims);
+  // A pipeline request carries the loss stage's targets through stages that do not
+  // know their shape: pipeline_targets checks them there, the loss stage by its spec.
+  if (kind == wire::MessageKind::pipeline && !spec.io.targets) return list;
   if (kind == wire::MessageKind::backward) {
     // The loss stage's output gradient is d_loss, f32 [1], whatever metrics follow its loss.
     if (spec.io.targets) {
@@ -46,7 +49,20 @@ const char* role_name(TensorRole role) {
 }
 
 TensorRole reply_role(wire::MessageKind kind) {
-  return kind == wire::MessageKind::backward ? TensorRole::grad_input : TensorRole::output;
+  return kind == wire::MessageKind::forward ? TensorRole::output : TensorRole::grad_input;
+}
+
+// Targets a stage before the loss stage passes on: raw integers or floats, one row per input row.
+Status check_pipeline_targets(const wire::DecodedTensor& targets, const wire::DecodedTensor& input, int stage) {
+  const bool raw = targets.codec == CodecId::none && (targets.dtype == DType::i32 || targets.dtype == DType::f32);
+  if (!raw || targets.shape.rank() < 1 || targets.shape.rank() > 4) {
+    return invalid_argument("stage {}: a pipeline's targets must be raw i32 or f32 of rank 1 to 4", stage);
+  }
+  if (!is_leading_match(targets.shape, input.shape)) {
+    return invalid_argument("stage {}: targets {} do not match input {}", stage, targets.shape.to_string(),
+                            input.shape.to_string());
+  }
+  return Status::ok();
 }
 
 // A code off the wire by name; the wire refused codes beyond the known ones, but a
@@ -188,10 +204,23 @@ Result<wire::Frames> encode_request(const StageRequest& request, int stage, Code
 
 Result<StageCall> check_request(const wire::DecodedMessage& message, const StageSpec& spec) {
   const auto& header = message.header;
-  if (header.kind != wire::MessageKind::forward && header.kind != wire::MessageKind::backward) {
-    return invalid_argument("stage requests are forward or backward, not kind {}", static_cast<int>(header.kind));
+  if (header.kind != wire::MessageKind::forward && header.kind != wire::MessageKind::backward &&
+      header.kind != wire::MessageKind::pipeline) {
+    return invalid_argument("stage requests are forward, backward or pipeline, not kind {}",
+                            static_cast<int>(header.kind));
   }
-  SWARM_RETURN_IF_ERROR(wire::validate_against_spec(header, expected_tensors(spec, header.kind)));
+  const bool passes_targets_on = header.kind == wire::MessageKind::pipeline && !spec.io.targets;
+  if (passes_targets_on) {
+    // The input by the spec, the targets by check_pipeline_targets below.
+    if (header.tensors.size() != 2) {
+      return invalid_argument("a pipeline request carries 2 tensors (input, targets), not {}", header.tensors.size());
+    }
+    wire::MessageHeader input_only = header;
+    input_only.tensors.resize(1);
+    SWARM_RETURN_IF_ERROR(wire::validate_against_spec(input_only, expected_tensors(spec, header.kind)));
+  } else {
+    SWARM_RETURN_IF_ERROR(wire::validate_against_spec(header, expected_tensors(spec, header.kind)));
+  }
   SWARM_RETURN_IF_ERROR(check_reply_codec(header, spec));
   // Without an id a backward could not be told from its retry; without a deadline a
   // peer could not tell that its caller has given up.
@@ -215,7 +244,10 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
                               call.grad_output->shape.to_string(), call.input->shape.to_string());
     }
   }
-  if (spec.io.targets) {
+  if (passes_targets_on) {
+    call.targets = &message.tensors[next++];
+    SWARM_RETURN_IF_ERROR(check_pipeline_targets(*call.targets, *call.input, spec.stage));
+  } else if (spec.io.targets) {
     call.targets = &message.tensors[next++];
     SWARM_RETURN_IF_ERROR(check_codec(*call.targets, spec, TensorRole::targets));
     if (!is_leading_match(call.targets->shape, call.input->shape)) {

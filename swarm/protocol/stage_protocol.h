@@ -7,6 +7,10 @@
 //   backward = [input, grad_output]       reply [grad_input] or []   (the first stage: tokens have no gradient)
 //   backward = [input, d_loss, targets]   reply [grad_input, loss]   (the last stage runs forward and backward
 //                                                                     as one request)
+//   pipeline = [input, targets]           reply [grad_input, loss]   (peer to peer: the stage runs its forward,
+//                                         or [loss] at stage 0       sends the rest of the pipeline on to a peer
+//                                                                     of the next stage itself, then its backward;
+//                                                                     the last stage as a fused backward)
 // Float tensors travel in the codecs the stage declares (codec_for has the rule):
 // activations (input and output) in StageSpec::codec, the backward's gradients
 // (grad_output and grad_input) in its gradient codec, except the scalar d_loss,
@@ -85,10 +89,21 @@ struct StageRequest {
   uint64_t request_id = 0;
   wire::EncodedTensor input;
   std::optional<wire::EncodedTensor> grad_output;  // backward only
-  std::optional<wire::EncodedTensor> targets;      // the last stage only
+  std::optional<wire::EncodedTensor> targets;      // the last stage, and every pipeline request
   uint64_t microbatch_id = 0;                      // never 0 on the wire
   int64_t deadline_unix_ms = 0;                    // never 0 on the wire
   std::string credential;                          // MessageHeader::credential
+};
+
+// Peer to peer: what a stage sends on to a peer of the next one, as a pipeline
+// request: its output and the targets it was given, under the microbatch's id,
+// by the deadline its own caller set.
+struct PipelineHop {
+  int next_stage = 0;
+  uint64_t microbatch_id = 0;
+  int64_t deadline_unix_ms = 0;
+  wire::EncodedTensor output;   // in the stage's activation codec
+  wire::EncodedTensor targets;  // as they arrived
 };
 
 // The loss stage's output gradient (d_loss): the protocol fixes it, so a trainer
@@ -121,6 +136,7 @@ struct StageCall {
   int64_t deadline_unix_ms = 0;
   std::string_view credential;  // into the message, as check_request's tensors
   bool is_backward() const { return kind == wire::MessageKind::backward; }
+  bool is_pipeline() const { return kind == wire::MessageKind::pipeline; }
 };
 
 // A peer's account of the backward samples its replica accepted. Every accepted

@@ -10,7 +10,9 @@
 //   SWARM_ASSIGN_OR_RETURN(TensorView x, float_view<Codecs>(*call.input, &storage));
 #pragma once
 
+#include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -57,6 +59,30 @@ Result<Tensor> decode_tensor(const wire::DecodedTensor& tensor) {
   SWARM_ASSIGN_OR_RETURN(TensorView view, float_view<Codecs>(tensor, &storage));
   if (storage.defined()) return storage;
   return Tensor::copy_of(view);
+}
+
+// An owned f32 tensor of bytes a peer sent (a pipeline's gradient from the next
+// stage). The wire checked the payload's size against dtype, shape and codec.
+template <CodecTable Codecs>
+Result<Tensor> decode_encoded(const wire::EncodedTensor& tensor) {
+  if (tensor.dtype != DType::f32) return invalid_argument("expected f32 values, got {}", dtype_name(tensor.dtype));
+  SWARM_ASSIGN_OR_RETURN(Shape shape, Shape::from_dims(tensor.dims));
+  SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(shape, DType::f32));
+  const std::string_view bytes = tensor.payload.view();
+  if (tensor.codec == CodecId::none) {
+    if (bytes.size() != static_cast<size_t>(out.numel()) * sizeof(float)) {
+      return invalid_argument("{} raw bytes for {} values", bytes.size(), out.numel());
+    }
+    std::memcpy(out.data<float>(), bytes.data(), bytes.size());
+    for (float v : out.span<float>()) {
+      if (!std::isfinite(v)) return invalid_argument("a non-finite value");
+    }
+    return out;
+  }
+  if (!Codecs::supports(tensor.codec)) return unimplemented("codec {} is not available here", codec_name(tensor.codec));
+  SWARM_RETURN_IF_ERROR(Codecs::decode(tensor.codec, std::as_bytes(std::span(bytes.data(), bytes.size())),
+                                       out.span<float>()));
+  return out;
 }
 
 }  // namespace swarm::protocol

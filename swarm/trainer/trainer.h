@@ -55,6 +55,10 @@ namespace swarm {
 
 struct TrainerConfig {
   int num_stages = 2;
+  // Peer to peer: a training microbatch goes to a peer of stage 0 as one pipeline
+  // request and stage to stage through the peers; the trainer sends tokens and
+  // targets and gets the loss. Evaluation stays in hub mode (forwards only).
+  bool peer_to_peer = false;
   std::string trainer_id = "trainer";
   double forward_timeout_seconds = 10.0;
   double backward_timeout_seconds = 25.0;
@@ -330,6 +334,7 @@ class Trainer {
   }
 
   MicrobatchOutcome run(const Tensor& tokens, const Tensor& targets, bool backward) {
+    if (backward && config_.peer_to_peer) return run_pipeline(tokens, targets);
     MicrobatchOutcome outcome;
     const int last = config_.num_stages - 1;
     const uint64_t microbatch = next_microbatch_id();
@@ -413,6 +418,41 @@ class Trainer {
     return last_error.with_context(fmt::format("stage {}: {} forwards, none took its backward", s, kMaxRebinds + 1));
   }
 
+  // Peer to peer: the tokens and targets to a peer of stage 0, which passes the rest
+  // on; the loss comes back. A failed attempt is retried at another stage-0 peer
+  // under the same microbatch id.
+  MicrobatchOutcome run_pipeline(const Tensor& tokens, const Tensor& targets) {
+    MicrobatchOutcome outcome;
+    const uint64_t microbatch = next_microbatch_id();
+    const int64_t batch = tokens.shape().rank() > 0 ? tokens.shape()[0] : 1;
+    auto first = protocol::encode_floats<Codecs>(tokens, protocol::codec_for(codecs_, protocol::TensorRole::input));
+    if (!first.is_ok()) return abandon(outcome, 0, "pipeline", first.status());
+    auto reply = call_stage(0, make_request(wire::MessageKind::pipeline, microbatch, *first, std::nullopt,
+                                            protocol::raw_tensor(targets)),
+                            batch, &outcome);
+    if (!reply.is_ok()) return abandon(outcome, 0, "pipeline", reply.status());
+    outcome.loss = *reply->loss;
+    outcome.metrics = std::move(reply->metrics);
+    outcome.completed = true;
+    return outcome;
+  }
+
+ public:
+  // Peer to peer, for a peer that embeds this trainer to reach the next stage:
+  // routes the hop to a peer of hop.next_stage, retrying elsewhere until the
+  // hop's deadline (less a margin for the sender's own backward and reply).
+  Result<protocol::StageReply> pass_pipeline_on(const protocol::PipelineHop& hop) {
+    if (hop.next_stage < 0 || hop.next_stage >= config_.num_stages) {
+      return invalid_argument("no stage {} to pass a pipeline on to", hop.next_stage);
+    }
+    MicrobatchOutcome scratch;
+    const int64_t batch = hop.output.dims.empty() ? 1 : hop.output.dims[0];
+    return call_stage(hop.next_stage,
+                      make_request(wire::MessageKind::pipeline, hop.microbatch_id, hop.output, std::nullopt, hop.targets),
+                      batch, &scratch, nullptr, nullptr, {}, hop.deadline_unix_ms);
+  }
+
+ private:
   protocol::StageRequest make_request(wire::MessageKind kind, uint64_t microbatch, const wire::EncodedTensor& input,
                                       std::optional<wire::EncodedTensor> grad_output = std::nullopt,
                                       std::optional<wire::EncodedTensor> targets = std::nullopt) {
@@ -509,13 +549,23 @@ class Trainer {
   Result<protocol::StageReply> call_stage(int index, protocol::StageRequest message, int64_t batch,
                                           MicrobatchOutcome* outcome, std::string* served_by = nullptr,
                                           const std::string* pinned = nullptr,
-                                          const std::vector<std::string>& exclude = {}) {
+                                          const std::vector<std::string>& exclude = {},
+                                          int64_t deadline_cap_unix_ms = 0) {
     StageState& stage = *stages_[index];
     const TaskKind kind = message.kind == wire::MessageKind::forward ? TaskKind::forward : TaskKind::backward;
-    const double give_up_at = std::min(now() + config_.abandon_after_seconds, give_up_by_.load());
+    double give_up_at = std::min(now() + config_.abandon_after_seconds, give_up_by_.load());
+    if (deadline_cap_unix_ms > 0) {
+      give_up_at = std::min(give_up_at, now() + (deadline_cap_unix_ms - protocol::unix_millis_now()) / 1000.0);
+    }
     // Encodable before any peer is asked.
     SWARM_RETURN_IF_ERROR(protocol::encode_request(message, index, reply_codec(message.kind)).status());
-    const Hop hop{index, kind, batch, message.targets.has_value(), protocol::volume_of(message)};
+    Hop hop{index, kind, batch, message.targets.has_value(), protocol::volume_of(message)};
+    // A pipeline from stage `index` runs every stage after it: a backward's time for each.
+    hop.timeout_seconds = message.kind == wire::MessageKind::pipeline
+                              ? config_.backward_timeout_seconds * (config_.num_stages - index)
+                              : (kind == TaskKind::forward ? config_.forward_timeout_seconds
+                                                           : config_.backward_timeout_seconds);
+    hop.deadline_cap_unix_ms = deadline_cap_unix_ms;
     std::vector<std::string> tried = exclude;
     Status last_error = unavailable("stage {} has no peers", index);
     bool force_refresh = false;
@@ -562,6 +612,8 @@ class Trainer {
     int64_t batch = 0;
     bool has_loss = false;
     protocol::PayloadVolume request_volume;
+    double timeout_seconds = 0;
+    int64_t deadline_cap_unix_ms = 0;  // a pipeline hop's: its sender's own deadline
   };
 
   // (peer id, address) the router picks, never one already tried for this hop.
@@ -601,8 +653,13 @@ class Trainer {
   Result<protocol::StageReply> call_peer(StageState& stage, const Hop& hop, const std::string& peer,
                                          const std::string& address, protocol::StageRequest message) {
     auto client = client_for(address);
-    const double timeout = hop.kind == TaskKind::forward ? config_.forward_timeout_seconds
-                                                         : config_.backward_timeout_seconds;
+    double timeout = hop.timeout_seconds;
+    if (hop.deadline_cap_unix_ms > 0) {
+      // Leaves the sender the margin for its own backward and reply.
+      const double left = (hop.deadline_cap_unix_ms - protocol::unix_millis_now()) / 1000.0;
+      timeout = std::min(timeout, left - reply_margin_seconds(left));
+      if (!(timeout > 0)) return deadline_exceeded("no time left for stage {} before the sender's deadline", hop.stage);
+    }
     const double started = now();
     const Deadline wait_until = deadline_after(timeout);
     message.deadline_unix_ms =

@@ -44,8 +44,9 @@ enum class MessageKind : uint8_t {
   state_chunk = 5,
   allreduce_part = 6,
   ping = 7,
+  pipeline = 8,  // peer to peer: the rest of the pipeline from this stage on, forward and backward
 };
-constexpr uint8_t kMaxMessageKindCode = 7;
+constexpr uint8_t kMaxMessageKindCode = 8;
 
 // How a tensor's payload is encoded (the codes of swarm/api/codec.h); the
 // TensorHeader dtype is the logical (source) dtype, which must be f32 for the

@@ -86,6 +86,18 @@ void check_trained(const std::string& output, const fs::path& run_dir) {
   CHECK(report.find("plot-metrics") != std::string::npos);
 }
 
+// Each stage's peers accumulated exactly the samples the trainers completed (the
+// summary's per-stage lines, from the peers' sample ledgers).
+void check_each_stage_counted_once(const std::string& output) {
+  const std::regex line(R"(stage (\d): (\d+) samples accumulated of (\d+) completed)");
+  int stages = 0;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), line); it != std::sregex_iterator(); ++it) {
+    CHECK((*it)[2] == (*it)[3]);
+    ++stages;
+  }
+  CHECK(stages == 2);
+}
+
 }  // namespace
 
 TEST_CASE("a model of one's own trains through `local`: loss falls, nothing abandoned, a report written") {
@@ -194,6 +206,35 @@ TEST_CASE("a slow link set by --link shows in the run's rate; a malformed one is
   }
   CHECK(up == down);
   CHECK(final_record(dir / "perfect")["link_bytes"].empty());
+
+  // Peer to peer over the same links: the trainers send inputs and targets and get losses; the
+  // activations and gradients cross the peers' links only. Validation still goes through the
+  // trainers (forwards only), so their link is not silent.
+  const Run p2p = train("p2p", "--link 10mbit,20ms --hops p2p");
+  INFO(p2p.output);
+  REQUIRE(p2p.exit_code == 0);
+  const Losses p2p_losses = summary_of(p2p.output);
+  CHECK(p2p_losses.abandoned == 0);
+  CHECK(p2p_losses.last_train < 0.5 * p2p_losses.first_train);
+  check_each_stage_counted_once(p2p.output);
+  const nlohmann::json p2p_links = final_record(dir / "p2p")["link_bytes"];
+  INFO(p2p_links.dump());
+  const auto per_microbatch = [](const Run& run, const nlohmann::json& carried, const char* way) {
+    std::smatch m;
+    REQUIRE(std::regex_search(run.output, m, std::regex(R"((\d+) completed, \d+ abandoned)")));
+    return carried["trainers"][way].get<double>() / std::stod(m[1]);
+  };
+  const double hub_up = per_microbatch(slow, links, "up"), p2p_up = per_microbatch(p2p, p2p_links, "up");
+  const double hub_down = per_microbatch(slow, links, "down"), p2p_down = per_microbatch(p2p, p2p_links, "down");
+  MESSAGE(fmt::format("the trainers' link per microbatch: hub {:.0f} up, {:.0f} down; peer to peer {:.0f} up, {:.0f} down",
+                      hub_up, hub_down, p2p_up, p2p_down));
+  CHECK(p2p_up < 0.4 * hub_up);
+  CHECK(p2p_down < 0.4 * hub_down);
+  CHECK(nlohmann::json::parse(read_all(dir / "p2p" / "config.json"))["hops"] == "p2p");
+
+  const Run bad_hops = train("bad-hops", "--hops mesh");
+  CHECK(bad_hops.exit_code != 0);
+  CHECK(bad_hops.output.find("--hops") != std::string::npos);
 
   const Run bad = train("bad", "--link fast");
   CHECK(bad.exit_code != 0);

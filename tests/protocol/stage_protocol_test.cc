@@ -269,6 +269,51 @@ TEST_CASE("the last stage: targets must be raw and match the input's batch; the 
   CHECK(volume_of(*parsed).values == 2 * 4 * kD + 1);
 }
 
+TEST_CASE("a pipeline request: input by the spec, the loss stage's targets passed on loosely before it, by spec at it") {
+  const auto in_codec = [](const Tensor& t, CodecId codec) { return *encode_floats<StandardCodecs>(t, codec); };
+  const StageSpec middle = middle_stage(CodecId::blockwise8);
+  StageRequest good{wire::MessageKind::pipeline, 4, in_codec(hidden(2), CodecId::blockwise8), std::nullopt,
+                    raw_tensor(tokens(2))};
+  REQUIRE(check(good, middle).is_ok());
+  Received r = receive(good, 1, reply_codec_for(middle, wire::MessageKind::pipeline));
+  auto call = check_request(r.message, middle);
+  REQUIRE(call.is_ok());
+  CHECK(call->is_pipeline());
+  CHECK_FALSE(call->is_backward());
+  CHECK(call->targets != nullptr);
+  CHECK(call->batch == 2);
+  // Its reply is an input gradient: asked in the gradient codec, as a backward's.
+  CHECK(reply_codec_for(split_codecs_stage(), wire::MessageKind::pipeline) == CodecId::blockwise8);
+
+  StageRequest other_batch = good;
+  other_batch.targets = raw_tensor(tokens(3));
+  CHECK(check(other_batch, middle).code() == StatusCode::invalid_argument);
+  StageRequest no_targets = good;
+  no_targets.targets.reset();
+  CHECK(check(no_targets, middle).code() == StatusCode::invalid_argument);
+  StageRequest compressed_targets = good;
+  Tensor float_targets = hidden(2);
+  compressed_targets.targets = in_codec(float_targets, CodecId::blockwise8);
+  CHECK(check(compressed_targets, middle).code() == StatusCode::invalid_argument);
+  StageRequest scalar_targets = good;
+  scalar_targets.targets = raw_tensor(*Tensor::zeros(Shape{}, DType::i32));
+  CHECK(check(scalar_targets, middle).code() == StatusCode::invalid_argument);
+  StageRequest with_gradient = good;
+  with_gradient.grad_output = in_codec(hidden(2), CodecId::blockwise8);
+  CHECK(check(with_gradient, middle).code() == StatusCode::invalid_argument);
+  StageRequest wrong_input = good;
+  wrong_input.input = in_codec(hidden(2), CodecId::fp16);
+  CHECK(check(wrong_input, middle).code() == StatusCode::invalid_argument);
+  CHECK(check(good, middle, 1, CodecId::fp16).code() == StatusCode::invalid_argument);  // reply codec
+
+  // At the loss stage the targets are the spec's: no d_loss travels, the protocol fixes it.
+  const StageSpec last = last_stage(CodecId::blockwise8);
+  CHECK(check(good, last).is_ok());
+  StageRequest float_targets_at_last = good;
+  float_targets_at_last.targets = raw_tensor(hidden(2));
+  CHECK(check(float_targets_at_last, last).code() == StatusCode::invalid_argument);
+}
+
 TEST_CASE("the loss stage's d_loss is fixed by the protocol: any other value, shape or dtype is refused") {
   // A member trainer that sent d_loss = -1000 with backwards it never forwarded
   // turned the training loss from 2.9 into 76,650: the one scalar a trainer
