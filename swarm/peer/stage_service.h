@@ -36,6 +36,7 @@
 #include "swarm/peer/forward_batcher.h"
 #include "swarm/peer/forward_ledger.h"
 #include "swarm/peer/peer_stats.h"
+#include "swarm/peer/pipeline_replays.h"
 #include "swarm/peer/replica.h"
 #include "swarm/protocol/stage_protocol.h"
 #include "swarm/protocol/tensor_codec.h"
@@ -94,6 +95,7 @@ class StageService {
     replica_ = std::move(replica);
     std::lock_guard forwards_lock(forwards_mu_);
     forwards_ = ForwardLedger(options_.forwards);  // forwards of another stage bind nothing here
+    replays_.clear();
   }
   std::shared_ptr<ReplicaT> replica() const {
     std::lock_guard lock(mu_);
@@ -103,6 +105,9 @@ class StageService {
     std::lock_guard lock(mu_);
     return spec_;
   }
+
+  // Retries of pipelines this peer had finished, answered with the reply it sent then.
+  int64_t pipelines_replayed() const { return replays_.replayed(); }
 
   // Requests being served or waiting to be; beyond one, this is the queue.
   int64_t in_service() const { return in_service_.load(); }
@@ -149,8 +154,22 @@ class StageService {
     if (bound && call->is_backward()) {
       if (Status ok = check_forward(from, *call, digest); !ok.is_ok()) return refused(ok);
     }
+    // A retry of a pipeline finished here gets the same reply, not a second accumulation.
+    std::optional<ReplayClaim> claim;
+    if (call->is_pipeline()) {
+      PipelineReplays::Claimed claimed = replays_.claim(call->microbatch_id, deadline_of(*call));
+      if (claimed.claim == PipelineReplays::Claim::replay) {
+        auto frames = protocol::encode_reply(call->request_id, spec.stage, claimed.reply);
+        return frames.is_ok() ? std::move(frames).value() : error(frames.status());
+      }
+      if (claimed.claim == PipelineReplays::Claim::gave_up) {
+        return error(deadline_exceeded("microbatch {} is still running here", call->microbatch_id));
+      }
+      claim.emplace(replays_, call->microbatch_id);
+    }
     auto reply = call->is_pipeline() ? serve_pipeline(*replica, spec, *call, started)
                                      : serve(*replica, spec, *call, started);
+    if (claim && reply.is_ok()) claim->finish(&*reply);
     if (!reply.is_ok()) return refused(reply.status());
     // A pipeline ran its forward and backward here in one request: nothing to bind.
     if (bound && !call->is_pipeline()) settle_forward(from, *call, digest);
@@ -204,6 +223,26 @@ class StageService {
     } else {
       forwards_.record(from.id, call.microbatch_id, digest, steady_seconds());
     }
+  }
+
+  // Ends a pipeline's claim on every way out: with its reply, or failed.
+  struct ReplayClaim {
+    PipelineReplays& replays;
+    uint64_t microbatch;
+    bool finished = false;
+    ReplayClaim(PipelineReplays& r, uint64_t id) : replays(r), microbatch(id) {}
+    void finish(const protocol::StageReply* reply) {
+      replays.finish(microbatch, reply);
+      finished = true;
+    }
+    ~ReplayClaim() {
+      if (!finished) replays.finish(microbatch, nullptr);
+    }
+  };
+
+  static Deadline deadline_of(const protocol::StageCall& call) {
+    const int64_t left_ms = call.deadline_unix_ms - protocol::unix_millis_now();
+    return Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(left_ms, 0, protocol::kMaxDeadlineAheadMs));
   }
 
   struct InService {
@@ -361,6 +400,7 @@ class StageService {
   std::atomic<int64_t> in_service_{0};
   std::mutex forwards_mu_;
   ForwardLedger forwards_;
+  PipelineReplays replays_;
 };
 
 }  // namespace swarm

@@ -577,7 +577,9 @@ class Trainer {
         if (!peer) return unavailable("stage {}: peer {} is no longer usable", index, *pinned);
         return call_peer(stage, hop, peer->first, peer->second, message);
       }
-      std::optional<std::pair<std::string, std::string>> peer = choose(stage, kind, batch, tried);
+      std::optional<std::pair<std::string, std::string>> peer =
+          message.kind == wire::MessageKind::pipeline ? choose_for_microbatch(stage, kind, batch, message.microbatch_id, tried)
+                                                      : choose(stage, kind, batch, tried);
       if (!peer) {
         if (now() > give_up_at) {
           if (give_up_at == give_up_by_.load()) {
@@ -624,6 +626,37 @@ class Trainer {
     if (!peer) return std::nullopt;
     auto known = stage.addresses.find(*peer);
     return std::make_pair(*peer, known == stage.addresses.end() ? std::string() : known->second.address);
+  }
+
+  // Peer to peer: the usable peer ranked first for this microbatch by rendezvous
+  // hashing, so that every chooser with the same view picks the same one, and a
+  // retry through another peer of the stage before comes back to the peer that
+  // may already have accumulated it (it replays its reply). Each peer gets an
+  // equal share whatever its speed: unlike the router's own choice, not
+  // weighted by throughput.
+  std::optional<std::pair<std::string, std::string>> choose_for_microbatch(StageState& stage, TaskKind kind,
+                                                                           int64_t batch, uint64_t microbatch,
+                                                                           const std::vector<std::string>& tried) {
+    std::lock_guard lock(stage.mu);
+    std::vector<std::pair<uint64_t, std::string>> ranked;
+    for (const auto& [id, known] : stage.addresses) {
+      if (std::find(tried.begin(), tried.end(), id) != tried.end()) continue;
+      uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a: the same in every process
+      for (unsigned char c : id) hash = (hash ^ c) * 0x100000001b3ull;
+      ranked.emplace_back(SplitMix64(hash ^ microbatch).next(), id);
+    }
+    std::sort(ranked.begin(), ranked.end(), std::greater<>());
+    for (const auto& [score, id] : ranked) {
+      std::vector<std::string> others;
+      for (const auto& [other, known] : stage.addresses) {
+        if (other != id) others.push_back(other);
+      }
+      // The router still says whether it is usable (not banned, not timed out).
+      if (stage.router.choose(kind, batch, now(), others) == id) {
+        return std::make_pair(id, stage.addresses.at(id).address);
+      }
+    }
+    return std::nullopt;
   }
 
   // `pinned`, if the router still deems it usable: the router is asked with every
