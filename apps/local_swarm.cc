@@ -154,7 +154,9 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
   args.insert(args.end(), compute.begin(), compute.end());
   args.insert(args.end(), sync.begin(), sync.end());
   if (!o.link.empty()) args.insert(args.end(), {"--link", o.link, "--link-board", link_board_path(o)});
-  if (o.hops == "p2p") args.push_back("--p2p");
+  if (o.hops == "p2p") {
+    args.insert(args.end(), {"--p2p", "--backward-timeout", fmt::format("{}", o.backward_timeout_seconds)});
+  }
   return args;
 }
 

@@ -272,6 +272,10 @@ int run_program(int argc, char** argv, ModelPluginFactory make_model, const std:
   peer_cmd->add_option("--bind", peer.bind, "ZeroMQ endpoint to serve on (default: tcp://HOST:*)");
   peer_cmd->add_flag("--p2p", peer.peer_to_peer,
                      "Pass pipeline requests on to a peer of the next stage (trainers with --hops p2p send them)");
+  peer_cmd->add_option("--backward-timeout", peer.backward_timeout_seconds,
+                       "With --p2p: seconds a pipeline passed on may take per stage after this one before it is "
+                       "retried at another peer")
+      ->capture_default_str();
   peer_cmd->add_option("--link", peer.link,
                        "Put this peer behind an emulated link of its own, shared by all its traffic: RATE,LATENCY "
                        "in tc's units (\"200mbit,50ms\"; 0 for either is none)");

@@ -132,6 +132,7 @@ std::unique_ptr<HopTrainer> make_hop_trainer(const PeerRoleOptions& options, con
   config.codec = peer.codec;
   config.gradient_codec = peer.gradient_codec;
   config.refresh_period_seconds = 2.0;
+  config.backward_timeout_seconds = options.backward_timeout_seconds;
   std::vector<StochasticWiringRouter> routers;
   for (int s = 0; s < options.num_stages; ++s) {
     StochasticWiringConfig wiring;
@@ -156,6 +157,11 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
   }
   if (options.stage < -1 || options.stage >= options.num_stages) {
     fmt::print(stderr, "swarm peer: stage {} does not exist (0..{})\n", options.stage, options.num_stages - 1);
+    return 1;
+  }
+  if (!(options.backward_timeout_seconds > 0) || !std::isfinite(options.backward_timeout_seconds)) {
+    fmt::print(stderr, "swarm peer: --backward-timeout {} must be a number of seconds > 0\n",
+               options.backward_timeout_seconds);
     return 1;
   }
   if (!(options.rebalance_period_seconds >= 0) || !std::isfinite(options.rebalance_period_seconds)) {
