@@ -122,7 +122,7 @@ using HopTrainer =
 
 // The trainer a peer passes pipelines on with: the swarm's routing (stochastic
 // wiring over the registry's records), timeouts and retries, under this peer's id.
-std::unique_ptr<HopTrainer> make_hop_trainer(const PeerRoleOptions& options, const PeerConfig& peer,
+Result<std::unique_ptr<HopTrainer>> make_hop_trainer(const PeerRoleOptions& options, const PeerConfig& peer,
                                              const SwarmAccess& access, DhtRegistry* registry) {
   TrainerConfig config;
   config.num_stages = options.num_stages;
@@ -137,7 +137,8 @@ std::unique_ptr<HopTrainer> make_hop_trainer(const PeerRoleOptions& options, con
   for (int s = 0; s < options.num_stages; ++s) {
     StochasticWiringConfig wiring;
     wiring.seed = options.seed * 1000 + 500 + s;
-    routers.push_back(StochasticWiringRouter::create(wiring).value());
+    SWARM_ASSIGN_OR_RETURN(auto router, StochasticWiringRouter::create(wiring));
+    routers.push_back(std::move(router));
   }
   return std::make_unique<HopTrainer>(config, std::move(routers), registry);
 }
@@ -255,7 +256,12 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
   // Peer to peer: a trainer of this peer's own routes each pipeline on to the next stage.
   std::unique_ptr<HopTrainer> hops;
   if (options.peer_to_peer) {
-    hops = make_hop_trainer(options, config, *access, &*registry);
+    auto made = make_hop_trainer(options, config, *access, &*registry);
+    if (!made.is_ok()) {
+      fmt::print(stderr, "swarm peer: --p2p: {}\n", made.status().to_string());
+      return 1;
+    }
+    hops = std::move(made).value();
     config.pass_pipeline_on = [trainer = hops.get()](const protocol::PipelineHop& hop) {
       return trainer->pass_pipeline_on(hop);
     };

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -34,9 +35,13 @@ namespace swarm {
 
 class PipelineReplays {
  public:
-  explicit PipelineReplays(size_t capacity = 64, double keep_seconds = 60)
-      : capacity_(capacity), keep_(std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(keep_seconds))) {}
+  // `now` tells how old a kept reply is (a test passes a fake clock); waiting
+  // for a running attempt uses the real one.
+  explicit PipelineReplays(size_t capacity = 64, double keep_seconds = 60,
+                           std::function<Clock::time_point()> now = [] { return Clock::now(); })
+      : capacity_(capacity),
+        keep_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(keep_seconds))),
+        now_(std::move(now)) {}
 
   enum class Claim { run, replay, gave_up };
   struct Claimed {
@@ -49,7 +54,7 @@ class PipelineReplays {
   Claimed claim(uint64_t microbatch, Deadline wait_until) {
     std::unique_lock lock(mu_);
     while (true) {
-      forget_old(Clock::now());
+      forget_old(now_());
       if (auto it = done_.find(microbatch); it != done_.end()) {
         ++replayed_;
         return {Claim::replay, it->second.reply};
@@ -68,7 +73,7 @@ class PipelineReplays {
       std::lock_guard lock(mu_);
       running_.erase(microbatch);
       if (reply != nullptr && capacity_ > 0) {
-        done_[microbatch] = Done{*reply, Clock::now()};
+        done_[microbatch] = Done{*reply, now_()};
         order_.push_back(microbatch);
         while (done_.size() > capacity_ && !order_.empty()) {
           done_.erase(order_.front());
@@ -108,6 +113,7 @@ class PipelineReplays {
 
   const size_t capacity_;
   const Clock::duration keep_;
+  const std::function<Clock::time_point()> now_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::set<uint64_t> running_;

@@ -341,11 +341,13 @@ class StageService {
                                         wire::Frame(std::string(targets.payload))};
       SWARM_ASSIGN_OR_RETURN(protocol::StageReply rest, hooks_.pass_on(hop));
       if (!rest.tensor || !rest.loss) return unavailable("stage {}'s reply lacks the gradient or the loss", hop.next_stage);
-      SWARM_ASSIGN_OR_RETURN(Tensor grad_output, protocol::decode_encoded<Codecs>(*rest.tensor));
-      if (grad_output.shape() != out.shape()) {
-        return unavailable("stage {} sent a gradient of {} for an output of {}", hop.next_stage,
-                           grad_output.shape().to_string(), out.shape().to_string());
+      // Its shape before any allocation for it: the gradient of exactly this output.
+      const auto out_dims = out.shape().dims();
+      if (!std::equal(rest.tensor->dims.begin(), rest.tensor->dims.end(), out_dims.begin(), out_dims.end())) {
+        return unavailable("stage {} sent a gradient of another shape than the output {}", hop.next_stage,
+                           out.shape().to_string());
       }
+      SWARM_ASSIGN_OR_RETURN(Tensor grad_output, protocol::decode_encoded<Codecs>(*rest.tensor));
       const BackwardTicket backward_ticket{call.microbatch_id, call.deadline_unix_ms, call.batch,
                                            [&] { emulate(started_backward, call.batch, true); }};
       slot.lock();

@@ -647,16 +647,20 @@ class Trainer {
     }
     std::sort(ranked.begin(), ranked.end(), std::greater<>());
     for (const auto& [score, id] : ranked) {
-      std::vector<std::string> others;
-      for (const auto& [other, known] : stage.addresses) {
-        if (other != id) others.push_back(other);
-      }
       // The router still says whether it is usable (not banned, not timed out).
-      if (stage.router.choose(kind, batch, now(), others) == id) {
-        return std::make_pair(id, stage.addresses.at(id).address);
-      }
+      if (router_takes_only(stage, kind, batch, id)) return std::make_pair(id, stage.addresses.at(id).address);
     }
     return std::nullopt;
+  }
+
+  // Whether the router, asked with every known peer but `peer` excluded, picks it:
+  // it is usable, and the task counts in its wiring as any other. stage.mu held.
+  bool router_takes_only(StageState& stage, TaskKind kind, int64_t batch, const std::string& peer) {
+    std::vector<std::string> others;
+    for (const auto& [id, known] : stage.addresses) {
+      if (id != peer) others.push_back(id);
+    }
+    return stage.router.choose(kind, batch, now(), others) == peer;
   }
 
   // `pinned`, if the router still deems it usable: the router is asked with every
@@ -666,12 +670,7 @@ class Trainer {
     std::lock_guard lock(stage.mu);
     auto known = stage.addresses.find(pinned);
     if (known == stage.addresses.end()) return std::nullopt;
-    std::vector<std::string> others;
-    for (const auto& [id, address] : stage.addresses) {
-      if (id != pinned) others.push_back(id);
-    }
-    std::optional<std::string> peer = stage.router.choose(kind, batch, now(), others);
-    if (peer != pinned) return std::nullopt;
+    if (!router_takes_only(stage, kind, batch, pinned)) return std::nullopt;
     return std::make_pair(pinned, known->second.address);
   }
 

@@ -50,7 +50,8 @@ TEST_CASE("a retry that arrives while the first attempt runs waits for its reply
 }
 
 TEST_CASE("replies are kept up to the capacity, oldest dropped first, for their time, and not across a move") {
-  PipelineReplays replays(/*capacity=*/2, /*keep_seconds=*/0.2);
+  Clock::time_point fake = Clock::now();
+  PipelineReplays replays(/*capacity=*/2, /*keep_seconds=*/0.2, [&] { return fake; });
   const protocol::StageReply sent = reply_with_loss(1);
   for (uint64_t id : {1, 2, 3}) {
     REQUIRE(replays.claim(id, soon()).claim == PipelineReplays::Claim::run);
@@ -59,7 +60,9 @@ TEST_CASE("replies are kept up to the capacity, oldest dropped first, for their 
   CHECK(replays.claim(1, soon()).claim == PipelineReplays::Claim::run);  // evicted: computed again
   replays.finish(1, nullptr);
   CHECK(replays.claim(3, soon()).claim == PipelineReplays::Claim::replay);
-  std::this_thread::sleep_for(milliseconds(250));  // past keep_seconds: a lower bound, not a race
+  fake += milliseconds(199);
+  CHECK(replays.claim(3, soon()).claim == PipelineReplays::Claim::replay);
+  fake += milliseconds(2);  // past keep_seconds
   CHECK(replays.claim(3, soon()).claim == PipelineReplays::Claim::run);
   replays.finish(3, &sent);
   replays.clear();

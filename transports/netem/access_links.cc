@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 
@@ -16,8 +17,10 @@ namespace swarm::netem {
 namespace {
 
 constexpr uint64_t kBoardMagic = 0x53574d4c494e4b31ull;  // "SWMLINK1"
-// Past this one direction's queue is treated as full for ever; no real link waits this long.
+// Past this one message's transmission is capped; no real link takes this long.
 constexpr double kMaxSeconds = 1e6;
+// A queue longer than this (ns) is a corrupt board, not traffic.
+constexpr int64_t kMaxQueueNs = int64_t{1'000'000} * 1'000'000'000;
 
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
               "the board's atomics must work across processes");
@@ -196,7 +199,10 @@ Clock::time_point AccessLinkBoard::transmit(int slot, Direction direction, Clock
   int64_t busy = s.busy_until_ns[d].load();
   int64_t done = 0;
   do {
-    done = std::max(ready_ns, busy) + transmission;
+    // Another process wrote `busy`: a time beyond any real queue (or negative) counts as
+    // none, and the sum saturates instead of overflowing.
+    const int64_t start = busy > ready_ns && busy - ready_ns <= kMaxQueueNs ? busy : ready_ns;
+    done = start > INT64_MAX - transmission ? INT64_MAX : start + transmission;
   } while (!s.busy_until_ns[d].compare_exchange_weak(busy, done));
   return from_ns(done);
 }
