@@ -33,6 +33,7 @@
 #include "swarm/data/any_data_source.h"
 #include "swarm/registry/dht_registry.h"
 #include "swarm/trainer/trainer.h"
+#include "swarm/trainer/train_loss_span.h"
 #include "swarm/trainer/training_loop.h"
 #include "swarm/wiring/stochastic_wiring.h"
 #include "transports/netem/access_links.h"
@@ -479,10 +480,7 @@ class RunRecorder {
     if (Clock::now() - last_replica_poll_ > std::chrono::milliseconds(500)) poll_replicas();
     if (Clock::now() - last_report_ > std::chrono::seconds(10)) refresh_report();
     print_progress(report);
-    if (report.loss) {
-      if (!first_loss_) first_loss_ = report.loss;
-      last_loss_ = report.loss;
-    }
+    losses_.add(report);
   }
 
   // After the last step: the final peer records, hashes and sample ledgers.
@@ -501,9 +499,9 @@ class RunRecorder {
     return total;
   }
 
-  double first_loss() const { return first_loss_.value_or(0); }
+  double first_loss() const { return losses_.first().value_or(0); }
   WireVolume pipeline_volume() const { return wire_volume(); }
-  double last_loss() const { return last_loss_.value_or(0); }
+  double last_loss() const { return losses_.last().value_or(0); }
   const ReplicaHashLog& replicas() const { return replicas_; }
 
  private:
@@ -668,8 +666,7 @@ class RunRecorder {
   ReplicaHashLog replicas_;
   Clock::time_point last_peer_poll_ = Clock::now() - std::chrono::seconds(10);
   Clock::time_point last_replica_poll_ = Clock::now() - std::chrono::seconds(10);
-  std::optional<double> first_loss_;
-  std::optional<double> last_loss_;
+  TrainLossSpan losses_{o_.microbatches_per_step * o_.trainers};
   std::optional<std::pair<int64_t, double>> first_step_at_;  // (step, seconds): the ETA's base
   int64_t bans_ = 0;                                         // routers' bans of peers so far
   Clock::time_point last_report_ = Clock::now();
