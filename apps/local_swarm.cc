@@ -917,6 +917,10 @@ Result<std::vector<std::unique_ptr<SwarmTrainer>>> make_trainers(const LocalSwar
   std::vector<std::unique_ptr<SwarmTrainer>> trainers;
   for (int t = 0; t < o.trainers; ++t) {
     config.trainer_id = fmt::format("trainer{}", t);
+    if (config.peer_to_peer) {
+      SWARM_ASSIGN_OR_RETURN(const std::string bound_id, access.peer_id(config.trainer_id));
+      config.sign_hop = access.sign_hop(bound_id, o.stages);
+    }
     std::vector<StochasticWiringRouter> routers;
     for (int s = 0; s < o.stages; ++s) {
       StochasticWiringConfig wiring;

@@ -2,9 +2,11 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "swarm/security/certificate.h"
+#include "swarm/security/hop_chain.h"
 #include "swarm/security/record_seal.h"
 
 namespace swarm::apps {
@@ -108,5 +110,44 @@ std::function<Status(const PeerIdentity&, std::string_view)> SwarmAccess::admit_
 }
 
 std::string SwarmAccess::credential() const { return owned() ? credentials_->certificate : std::string(); }
+
+std::function<Result<std::string>(const protocol::StageRequest&, std::string_view)> SwarmAccess::sign_hop(
+    const std::string& self_id, int stages) const {
+  if (!credentials_) return nullptr;
+  const size_t max_links = static_cast<size_t>(std::max(stages, 1));
+  return [identity = credentials_->self, self_id, max_links](const protocol::StageRequest& request,
+                                                             std::string_view next_peer) -> Result<std::string> {
+    if (request.hop_chain.empty()) {
+      const security::HopStart start{request.microbatch_id, 0, request.deadline_unix_ms};
+      return security::hop_chain_bytes(security::start_hop_chain(identity, self_id, start, next_peer));
+    }
+    // Checked when it arrived (pipeline_origin); parsed again to be extended.
+    SWARM_ASSIGN_OR_RETURN(security::HopChain chain, security::hop_chain_from_bytes(request.hop_chain, max_links));
+    if (chain.links.size() >= max_links) {
+      return invalid_argument("a hop chain of {} links cannot pass on past {} stages", chain.links.size(), max_links);
+    }
+    security::extend_hop_chain(chain, identity, self_id, next_peer);
+    return security::hop_chain_bytes(chain);
+  };
+}
+
+std::function<Result<std::string>(const PeerIdentity&, const protocol::StageCall&)> SwarmAccess::pipeline_origin(
+    const std::string& self_id, int stages) const {
+  if (!credentials_) return nullptr;
+  const size_t max_links = static_cast<size_t>(std::max(stages, 1));
+  return [self_id, max_links](const PeerIdentity& from, const protocol::StageCall& call) -> Result<std::string> {
+    if (call.hop_chain.empty()) return permission_denied("a pipeline without a hop chain in a secured swarm");
+    auto chain = security::hop_chain_from_bytes(call.hop_chain, max_links);
+    if (!chain.is_ok()) return permission_denied("a malformed hop chain: {}", chain.status().message());
+    if (Status checked = security::check_hop_chain(*chain, self_id, from, max_links); !checked.is_ok()) {
+      return permission_denied("{}", checked.message());
+    }
+    if (chain->start.microbatch != call.microbatch_id) {
+      return permission_denied("the hop chain is for microbatch {:016x}, not {:016x}", chain->start.microbatch,
+                               call.microbatch_id);
+    }
+    return chain->trainer;
+  };
+}
 
 }  // namespace swarm::apps

@@ -16,6 +16,7 @@
 #include "swarm/api/transport.h"
 #include "swarm/core/ids.h"
 #include "swarm/core/status.h"
+#include "swarm/protocol/stage_protocol.h"
 #include "swarm/registry/dht_registry.h"
 #include "swarm/security/identity.h"
 
@@ -60,6 +61,18 @@ class SwarmAccess {
   std::function<Status(const PeerIdentity&, std::string_view)> admit_caller() const;
   // This process's certificate (text) for its requests; empty without one.
   std::string credential() const;
+
+  // Peer to peer, the hop chains of a secured swarm (swarm/security/hop_chain.h);
+  // both unset in a plaintext swarm. `self_id`: this process's bound id. A
+  // pipeline crosses at most `stages` links.
+  //   TrainerConfig::sign_hop: starts a chain for a request that carries none (a
+  //   trainer's), else extends the one it arrived with to `next_peer`.
+  std::function<Result<std::string>(const protocol::StageRequest&, std::string_view)> sign_hop(
+      const std::string& self_id, int stages) const;
+  //   PeerConfig::pipeline_origin: the chain's trainer, when the chain leads from
+  //   it to `self_id`, was last signed by the sender, and names this microbatch.
+  std::function<Result<std::string>(const PeerIdentity&, const protocol::StageCall&)> pipeline_origin(
+      const std::string& self_id, int stages) const;
 
  private:
   std::string host_;

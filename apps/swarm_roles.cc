@@ -133,6 +133,7 @@ Result<std::unique_ptr<HopTrainer>> make_hop_trainer(const PeerRoleOptions& opti
   config.gradient_codec = peer.gradient_codec;
   config.refresh_period_seconds = 2.0;
   config.backward_timeout_seconds = options.backward_timeout_seconds;
+  config.sign_hop = access.sign_hop(peer.peer_id, options.num_stages);
   std::vector<StochasticWiringRouter> routers;
   for (int s = 0; s < options.num_stages; ++s) {
     StochasticWiringConfig wiring;
@@ -220,6 +221,7 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
   config.client.security = access->client_security();
   config.speaks_for = access->speaks_for();
   config.admit_caller = access->admit_caller();
+  config.pipeline_origin = access->pipeline_origin(*peer_id, options.num_stages);
   config.credential = access->credential();
   config.learning_rate = options.learning_rate;
   config.warmup_steps = options.warmup_steps;

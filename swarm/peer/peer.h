@@ -121,6 +121,8 @@ struct PeerConfig {
   // `pipeline_workers` of them (at least max_batch).
   PassPipelineOn pass_pipeline_on;
   int pipeline_workers = 0;
+  // A secured swarm: who started a pipeline, from its hop chain; unset, anyone (see StageServiceHooks).
+  PipelineOrigin pipeline_origin;
 
   // Adaptive rebalancing, for a peer built with a StageFactory: every period (with
   // jitter) it may move to the stage the pipeline needs most. 0 turns it off.
@@ -433,7 +435,8 @@ class Peer {
                 local_step(*parts);
               }
             },
-            config_.admit_caller, config_.pass_pipeline_on};
+            config_.admit_caller, config_.pass_pipeline_on,
+                                            config_.pipeline_origin};
   }
 
   void local_step(StageParts& parts) {
@@ -582,6 +585,7 @@ class Peer {
                                    {"backward_unbound", s.backward_unbound},
                                    {"backward_input", s.backward_other_input},
                                    {"callers", s.callers_refused},
+                                   {"hop_chains", s.hop_chains_refused},
                                    {"parts", s.parts_refused},
                                    {"contributions_ignored", s.contributions_ignored},
                                    {"states", s.states_refused},

@@ -26,6 +26,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include <xxhash.h>
@@ -68,11 +71,18 @@ using AdmitCaller = std::function<Status(const PeerIdentity& from, std::string_v
 // gradient of this stage's output and the loss. Blocks until then or the deadline.
 using PassPipelineOn = std::function<Result<protocol::StageReply>(const protocol::PipelineHop& hop)>;
 
+// Peer to peer in a secured swarm: the trainer that started a pipeline, from the
+// hop chain it carries (checked back to that trainer, ending here, sent by its
+// last signer), or permission_denied. A pipeline's retries are told apart by
+// (origin, microbatch id), so a member cannot claim another trainer's ids.
+using PipelineOrigin = std::function<Result<std::string>(const PeerIdentity& from, const protocol::StageCall& call)>;
+
 struct StageServiceHooks {
   std::function<Status()> can_serve;                 // an error reply while re-syncing or dead
   std::function<void(int64_t samples)> on_backward;  // the sync loop or the local step
   AdmitCaller admit_caller;                          // a swarm with an owner: certified callers only
   PassPipelineOn pass_on;                            // unset: pipeline requests are refused below the last stage
+  PipelineOrigin pipeline_origin;                    // unset: ids alone key pipelines (a swarm of one owner's machines)
 };
 
 template <Stage S, CodecTable Codecs>
@@ -156,8 +166,17 @@ class StageService {
     }
     // A retry of a pipeline finished here gets the same reply, not a second accumulation.
     std::optional<ReplayClaim> claim;
+    uint64_t pipeline_key = call->microbatch_id;
+    if (call->is_pipeline() && hooks_.pipeline_origin) {
+      auto origin = hooks_.pipeline_origin(from, *call);
+      if (!origin.is_ok()) {
+        stats_->update([](PeerStats& s) { ++s.hop_chains_refused; });
+        return error(origin.status());
+      }
+      pipeline_key = keyed_by_origin(*origin, call->microbatch_id);
+    }
     if (call->is_pipeline()) {
-      PipelineReplays::Claimed claimed = replays_.claim(call->microbatch_id, deadline_of(*call));
+      PipelineReplays::Claimed claimed = replays_.claim(pipeline_key, deadline_of(*call));
       if (claimed.claim == PipelineReplays::Claim::replay) {
         auto frames = protocol::encode_reply(call->request_id, spec.stage, claimed.reply);
         return frames.is_ok() ? std::move(frames).value() : error(frames.status());
@@ -165,9 +184,9 @@ class StageService {
       if (claimed.claim == PipelineReplays::Claim::gave_up) {
         return error(deadline_exceeded("microbatch {} is still running here", call->microbatch_id));
       }
-      claim.emplace(replays_, call->microbatch_id);
+      claim.emplace(replays_, pipeline_key);
     }
-    auto reply = call->is_pipeline() ? serve_pipeline(*replica, spec, *call, started)
+    auto reply = call->is_pipeline() ? serve_pipeline(*replica, spec, *call, pipeline_key, started)
                                      : serve(*replica, spec, *call, started);
     if (claim && reply.is_ok()) claim->finish(&*reply);
     if (!reply.is_ok()) return refused(reply.status());
@@ -191,6 +210,20 @@ class StageService {
     std::copy(dims.begin(), dims.end(), head.begin() + 1);
     const uint64_t seed = XXH3_64bits(head.data(), (dims.size() + 1) * sizeof(int64_t));
     return XXH3_64bits_withSeed(input.payload.data(), input.payload.size(), seed);
+  }
+
+  // One trainer's microbatch id under a key of this process's own, so that ids a
+  // member picks cannot be made to collide with another trainer's.
+  uint64_t keyed_by_origin(std::string_view origin, uint64_t microbatch) const {
+    const uint64_t origin_hash = XXH3_64bits_withSeed(origin.data(), origin.size(), origin_seed_);
+    const uint64_t both[2] = {origin_hash, microbatch};
+    const uint64_t key = XXH3_64bits_withSeed(both, sizeof(both), origin_seed_);
+    return key != 0 ? key : 1;
+  }
+
+  static uint64_t draw_origin_seed() {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) ^ device();
   }
 
   static double steady_seconds() {
@@ -309,12 +342,14 @@ class StageService {
   // Peer to peer: this stage's forward, the rest of the pipeline from a peer of
   // the next stage (the hook's choice), then this stage's backward. The loss
   // stage runs it as the fused backward, its d_loss fixed by the protocol.
+  // `key`: the microbatch's id, or its id under its trainer (keyed_by_origin), as
+  // the replica remembers it against duplicates.
   Result<protocol::StageReply> serve_pipeline(ReplicaT& replica, const protocol::StageSpec& spec,
-                                              const protocol::StageCall& call,
+                                              const protocol::StageCall& call, uint64_t key,
                                               std::chrono::steady_clock::time_point started) {
     Tensor input_storage;
     SWARM_ASSIGN_OR_RETURN(TensorView input, protocol::float_view<Codecs>(*call.input, &input_storage));
-    const BackwardTicket ticket{call.microbatch_id, call.deadline_unix_ms, call.batch,
+    const BackwardTicket ticket{key, call.deadline_unix_ms, call.batch,
                                 [&] { emulate(started, call.batch, true); }};
     protocol::StageReply reply;
     Tensor grad_input;
@@ -333,7 +368,8 @@ class StageService {
       slot.unlock();
       (void)emulate(started, call.batch, false);
       const auto started_backward = std::chrono::steady_clock::now();
-      protocol::PipelineHop hop{spec.stage + 1, call.microbatch_id, call.deadline_unix_ms, {}, {}};
+      protocol::PipelineHop hop{spec.stage + 1, call.microbatch_id, call.deadline_unix_ms, {}, {},
+                                std::string(call.hop_chain)};
       SWARM_ASSIGN_OR_RETURN(hop.output, encode(out, spec, protocol::TensorRole::output));
       const wire::DecodedTensor& targets = *call.targets;
       hop.targets = wire::EncodedTensor{targets.dtype, targets.codec,
@@ -348,7 +384,7 @@ class StageService {
                            out.shape().to_string());
       }
       SWARM_ASSIGN_OR_RETURN(Tensor grad_output, protocol::decode_encoded<Codecs>(*rest.tensor));
-      const BackwardTicket backward_ticket{call.microbatch_id, call.deadline_unix_ms, call.batch,
+      const BackwardTicket backward_ticket{key, call.deadline_unix_ms, call.batch,
                                            [&] { emulate(started_backward, call.batch, true); }};
       slot.lock();
       SWARM_ASSIGN_OR_RETURN(grad_input, replica.backward(input, grad_output.view(), backward_ticket));
@@ -409,6 +445,7 @@ class StageService {
   std::mutex forwards_mu_;
   ForwardLedger forwards_;
   PipelineReplays replays_;
+  const uint64_t origin_seed_ = draw_origin_seed();
   // A pipeline computes one at a time here, as a one-worker server serves a hub's
   // requests; it holds no slot while the stages after it run. With the 16 workers
   // computing at once, every backward that waited out a round accumulated the

@@ -196,6 +196,7 @@ Result<wire::Frames> encode_request(const StageRequest& request, int stage, Code
   header.microbatch_id = request.microbatch_id;
   header.deadline_unix_ms = request.deadline_unix_ms;
   header.credential = request.credential;
+  header.hop_chain = request.hop_chain;
   std::vector<wire::EncodedTensor> tensors{request.input};
   if (request.grad_output) tensors.push_back(*request.grad_output);
   if (request.targets) tensors.push_back(*request.targets);
@@ -226,12 +227,16 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   // peer could not tell that its caller has given up.
   if (header.microbatch_id == 0) return invalid_argument("a stage request without a microbatch id");
   if (header.deadline_unix_ms == 0) return invalid_argument("a stage request without a deadline");
+  if (!header.hop_chain.empty() && header.kind != wire::MessageKind::pipeline) {
+    return invalid_argument("a hop chain on a request that is not a pipeline");
+  }
   StageCall call;
   call.kind = header.kind;
   call.request_id = header.request_id;
   call.microbatch_id = header.microbatch_id;
   call.deadline_unix_ms = header.deadline_unix_ms;
   call.credential = header.credential;
+  call.hop_chain = header.hop_chain;
   call.input = &message.tensors[0];
   SWARM_RETURN_IF_ERROR(check_codec(*call.input, spec, TensorRole::input));
   size_t next = 1;

@@ -93,6 +93,7 @@ struct StageRequest {
   uint64_t microbatch_id = 0;                      // never 0 on the wire
   int64_t deadline_unix_ms = 0;                    // never 0 on the wire
   std::string credential;                          // MessageHeader::credential
+  std::string hop_chain;                           // MessageHeader::hop_chain: pipeline requests only
 };
 
 // Peer to peer: what a stage sends on to a peer of the next one, as a pipeline
@@ -104,6 +105,7 @@ struct PipelineHop {
   int64_t deadline_unix_ms = 0;
   wire::EncodedTensor output;   // in the stage's activation codec
   wire::EncodedTensor targets;  // as they arrived
+  std::string hop_chain;        // as it arrived: the sender extends it to the peer it picks
 };
 
 // The loss stage's output gradient (d_loss): the protocol fixes it, so a trainer
@@ -135,6 +137,7 @@ struct StageCall {
   uint64_t microbatch_id = 0;
   int64_t deadline_unix_ms = 0;
   std::string_view credential;  // into the message, as check_request's tensors
+  std::string_view hop_chain;   // the same; empty unless a pipeline
   bool is_backward() const { return kind == wire::MessageKind::backward; }
   bool is_pipeline() const { return kind == wire::MessageKind::pipeline; }
 };

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <limits>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -76,6 +78,10 @@ struct TrainerConfig {
   // (unset: codec); every stage must declare the same two (check_stages).
   CodecId codec = CodecId::blockwise8;
   std::optional<CodecId> gradient_codec;
+  // Peer to peer in a secured swarm: the hop chain a pipeline request carries to
+  // `next_peer`, made from the chain it arrived with (empty at the trainer, which
+  // starts one). Unset: pipelines carry none.
+  std::function<Result<std::string>(const protocol::StageRequest& request, std::string_view next_peer)> sign_hop;
 };
 
 // Pipeline payloads (all four transfers) this trainer sent and received, cumulative:
@@ -447,9 +453,10 @@ class Trainer {
     }
     MicrobatchOutcome scratch;
     const int64_t batch = hop.output.dims.empty() ? 1 : hop.output.dims[0];
-    return call_stage(hop.next_stage,
-                      make_request(wire::MessageKind::pipeline, hop.microbatch_id, hop.output, std::nullopt, hop.targets),
-                      batch, &scratch, nullptr, nullptr, {}, hop.deadline_unix_ms);
+    protocol::StageRequest request =
+        make_request(wire::MessageKind::pipeline, hop.microbatch_id, hop.output, std::nullopt, hop.targets);
+    request.hop_chain = hop.hop_chain;  // call_peer extends it to the peer it picks
+    return call_stage(hop.next_stage, std::move(request), batch, &scratch, nullptr, nullptr, {}, hop.deadline_unix_ms);
   }
 
  private:
@@ -696,6 +703,9 @@ class Trainer {
     const Deadline wait_until = deadline_after(timeout);
     message.deadline_unix_ms =
         protocol::unix_millis_after(protocol::unix_millis_now(), timeout - reply_margin_seconds(timeout));
+    if (message.kind == wire::MessageKind::pipeline && config_.sign_hop) {
+      SWARM_ASSIGN_OR_RETURN(message.hop_chain, config_.sign_hop(message, peer));
+    }
     Result<wire::Frames> frames = unavailable("cannot connect to {}", address);
     if (client) {
       auto request = protocol::encode_request(message, hop.stage, reply_codec(message.kind));

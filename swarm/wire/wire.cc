@@ -325,6 +325,10 @@ Result<Frames> encode_message_payloads(const MessageHeader& header, std::span<co
     return invalid_argument("a credential of {} bytes exceeds the wire format's bound of {}",
                             header.credential.size(), kMaxWireCredential);
   }
+  if (header.hop_chain.size() > kMaxWireHopChain) {
+    return invalid_argument("a hop chain of {} bytes exceeds the wire format's bound of {}", header.hop_chain.size(),
+                            kMaxWireHopChain);
+  }
   MessageHeader filled = header;
   filled.tensors.clear();
   for (std::size_t i = 0; i < tensors.size(); ++i) {

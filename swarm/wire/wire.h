@@ -32,8 +32,9 @@
 
 namespace swarm::wire {
 
-// 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us (withdrawn in 5); 5: credential
-constexpr uint16_t kWireVersion = 5;
+// 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us (withdrawn in 5); 5: credential;
+// 6: hop_chain
+constexpr uint16_t kWireVersion = 6;
 
 enum class MessageKind : uint8_t {
   forward = 0,
@@ -71,6 +72,9 @@ constexpr uint32_t kMaxWireRank = 64;
 constexpr uint32_t kMaxWireText = 64 << 10;
 // A credential is one certificate's text (swarm/security/certificate.h, at most 400).
 constexpr uint32_t kMaxWireCredential = 512;
+// A hop chain (swarm/security/hop_chain.h) is some 300 bytes a link; a pipeline has
+// a link per stage it crossed.
+constexpr uint32_t kMaxWireHopChain = 16 << 10;
 
 // The bytes a payload must have; errors on a codec that does not apply to the
 // dtype and on sizes beyond uint64. decode_message also rejects (non_finite) a
@@ -125,6 +129,9 @@ struct MessageHeader {
   // Stage requests in a swarm with an owner: the caller's certificate, as text, for
   // the key the transport authenticated; empty otherwise. Checked by the peer.
   std::string credential;
+  // Pipeline requests in a secured swarm: who handed this microbatch to whom, from
+  // its trainer to this peer, signed (security::hop_chain_bytes); empty otherwise.
+  std::string hop_chain;
   std::string error_text;
   std::vector<TensorHeader> tensors;
 
@@ -134,6 +141,8 @@ struct MessageHeader {
     archive(microbatch_id, deadline_unix_ms);
     archive(static_cast<uint32_t>(credential.size()));
     archive(cereal::binary_data(credential.data(), credential.size()));
+    archive(static_cast<uint32_t>(hop_chain.size()));
+    archive(cereal::binary_data(hop_chain.data(), hop_chain.size()));
     archive(static_cast<uint32_t>(error_text.size()));
     archive(cereal::binary_data(error_text.data(), error_text.size()));
     archive(static_cast<uint32_t>(tensors.size()));
@@ -154,6 +163,11 @@ struct MessageHeader {
     if (credential_size > kMaxWireCredential) throw cereal::Exception("credential beyond the wire format's bound");
     credential.resize(credential_size);
     archive(cereal::binary_data(credential.data(), credential.size()));
+    uint32_t chain_size = 0;
+    archive(chain_size);
+    if (chain_size > kMaxWireHopChain) throw cereal::Exception("hop chain beyond the wire format's bound");
+    hop_chain.resize(chain_size);
+    archive(cereal::binary_data(hop_chain.data(), hop_chain.size()));
     uint32_t text_size = 0;
     archive(text_size);
     if (text_size > kMaxWireText) throw cereal::Exception("error text beyond the wire format's bound");

@@ -168,9 +168,11 @@ struct HostileRun {
   // windows and the replica checks watch `watched_stage`. `peer_args`: more flags
   // for some peers, by name (a Byzantine stage-mate's). `owned`: the swarm has an
   // owner, who admits every peer, the trainer and the attacker (one certificate each), with
-  // `swarm keygen` and `swarm admit` (owned_swarm.h).
+  // `swarm keygen` and `swarm admit` (owned_swarm.h). `peer_to_peer`: the trainer
+  // sends pipelines (--hops p2p) and the peers pass them on (--p2p).
   explicit HostileRun(const std::string& name, int stage0_peers = 2, int watched_stage = 0,
-                      const std::map<std::string, std::vector<std::string>>& peer_args = {}, bool owned = false)
+                      const std::map<std::string, std::vector<std::string>>& peer_args = {}, bool owned = false,
+                      bool peer_to_peer = false)
       : dir(temp_dir(name)), watched_stage(watched_stage) {
     ::setenv("SWARM_SECRET", kSecret, 1);  // the children inherit it
     fs::create_directories(dir);
@@ -188,6 +190,7 @@ struct HostileRun {
                                        "--emulated-cost", kEmulatedCost, "--checkpoint",
                                        (dir / (peer + ".ckpt")).string(), "--checkpoint-every", "8"};
       args.insert(args.end(), model.begin(), model.end());
+      if (peer_to_peer) args.push_back("--p2p");
       if (owner) {
         for (auto& flag : owner->member_flags(peer)) args.push_back(flag);
       }
@@ -206,6 +209,7 @@ struct HostileRun {
                                         "--time-limit", "150", "--eval-windows", std::to_string(kEvalWindows),
                                         "--forward-timeout", "3", "--backward-timeout", "5"};
     trainer.insert(trainer.end(), model.begin(), model.end());
+    if (peer_to_peer) trainer.insert(trainer.end(), {"--hops", "p2p"});
     if (owner) {
       for (auto& flag : owner->member_flags("trainer", "trainer")) trainer.push_back(flag);
     }

@@ -306,6 +306,22 @@ TEST_CASE("a pipeline request: input by the spec, the loss stage's targets passe
   CHECK(check(wrong_input, middle).code() == StatusCode::invalid_argument);
   CHECK(check(good, middle, 1, CodecId::fp16).code() == StatusCode::invalid_argument);  // reply codec
 
+  // A hop chain travels with a pipeline as it was sent, and with nothing else.
+  StageRequest chained = good;
+  chained.hop_chain = std::string("\x01chain\0bytes", 12);
+  Received chained_received = receive(chained, 1, reply_codec_for(middle, wire::MessageKind::pipeline));
+  auto chained_call = check_request(chained_received.message, middle);
+  REQUIRE(chained_call.is_ok());
+  CHECK(chained_call->hop_chain == chained.hop_chain);
+  CHECK(call->hop_chain.empty());
+  StageRequest chained_forward = chained;
+  chained_forward.kind = wire::MessageKind::forward;
+  chained_forward.targets.reset();
+  CHECK(check(chained_forward, middle).code() == StatusCode::invalid_argument);
+  StageRequest oversized = good;
+  oversized.hop_chain.assign(wire::kMaxWireHopChain + 1, 'x');
+  CHECK(encode_request(oversized, 1, CodecId::blockwise8).status().code() == StatusCode::invalid_argument);
+
   // At the loss stage the targets are the spec's: no d_loss travels, the protocol fixes it.
   const StageSpec last = last_stage(CodecId::blockwise8);
   CHECK(check(good, last).is_ok());

@@ -1,0 +1,173 @@
+// Pipelines of a peer-to-peer swarm (--hops p2p) from a member that is not on
+// their path, over real processes and sockets (the swarm, the windows and the
+// checks: hostile_rounds_fixture.h). Peer to peer, the loss stage hears of a
+// microbatch from stage 0, never from its trainer, and keys retries by the
+// microbatch id: before hop chains, any member could send it pipelines under ids
+// of its choosing, and one sent ahead of a trainer's would be accumulated in its
+// place. Now a pipeline carries the chain of signed hand-offs from its trainer
+// (swarm/security/hop_chain.h) and is keyed by (trainer, id). While the trainer
+// trains, the member sends stage 1 pipelines with no chain, with a chain to
+// another peer, with a chain that claims a stage-0 peer as its trainer, with a
+// chain for another microbatch, and with garbage activations: each is refused and
+// counted. Stage 1's rate, its replicas and the run's final loss are judged
+// against a clean run's.
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <doctest/doctest.h>
+
+#include "swarm/compression/codecs.h"
+#include "swarm/peer/periodic_task.h"
+#include "swarm/protocol/tensor_codec.h"
+#include "swarm/security/hop_chain.h"
+#include "tests/apps/hostile_rounds_fixture.h"
+
+namespace swarm {
+namespace {
+
+using namespace hostile_rounds;  // HostileRun, Window, clean_run, check_*, and hostile_member.h
+using namespace std::chrono_literals;
+
+constexpr int kRows = 4;  // the trainer's microbatch
+
+protocol::StageSpec spec_of(Attacker& attacker, const LivePeer& peer) {
+  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage, attacker.credentials.certificate)));
+  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
+  auto info = protocol::parse_peer_info(*reply, wire::Limits{});
+  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
+  return info->spec;
+}
+
+// A loss-stage pipeline: activations of `width` (the stage's own, or garbage's),
+// real-looking targets, and `chain` as its hop chain.
+wire::Frames pipeline(const protocol::StageSpec& spec, uint64_t microbatch_id, int64_t width, std::string chain) {
+  Tensor hidden = *Tensor::empty(Shape{kRows, kSeqLen, width}, DType::f32);
+  float v = 0.25f;
+  for (float& x : hidden.span<float>()) x = (v = std::fmod(v * 1.7f + 0.3f, 2.0f) - 1.0f);
+  Tensor targets = *Tensor::zeros(Shape{kRows, kSeqLen}, DType::i32);
+  for (int32_t& t : targets.span<int32_t>()) t = 'e';
+  protocol::StageRequest request;
+  request.kind = wire::MessageKind::pipeline;
+  request.request_id = microbatch_id;
+  auto input =
+      protocol::encode_floats<compression::StandardCodecs>(hidden, protocol::codec_for(spec, protocol::TensorRole::input));
+  REQUIRE_MESSAGE(input.is_ok(), input.status().to_string());
+  request.input = std::move(input).value();
+  request.targets = protocol::raw_tensor(targets);
+  request.microbatch_id = microbatch_id;
+  request.deadline_unix_ms = protocol::unix_millis_now() + 5000;
+  request.hop_chain = std::move(chain);
+  return must(protocol::encode_request(request, spec.stage, protocol::reply_codec_for(spec, request.kind)));
+}
+
+// The ways a member off the path can try a pipeline, in turn.
+enum class Forgery { no_chain, chain_to_another_peer, claims_another_trainer, chain_for_another_id, garbage, count };
+
+const char* name_of(Forgery forgery) {
+  switch (forgery) {
+    case Forgery::no_chain: return "no hop chain";
+    case Forgery::chain_to_another_peer: return "a chain to the other stage-1 peer";
+    case Forgery::claims_another_trainer: return "a chain that claims a stage-0 peer as its trainer";
+    case Forgery::chain_for_another_id: return "a chain for another microbatch";
+    case Forgery::garbage: return "activations of the wrong width";
+    case Forgery::count: break;
+  }
+  return "";
+}
+
+TEST_CASE("peer to peer: pipelines from a member off their path are refused and counted; the training holds") {
+  const RunEnd& clean = clean_run();
+  HostileRun run("hostile-pipeline", /*stage0_peers=*/2, /*watched_stage=*/1, {}, /*owned=*/false,
+                 /*peer_to_peer=*/true);
+  Attacker& attacker = *run.attacker;
+  const std::vector<LivePeer> targets = run.watched_peers();
+  REQUIRE(targets.size() == 2);
+  const protocol::StageSpec spec = spec_of(attacker, targets[0]);
+  REQUIRE(spec.io.targets.has_value());  // stage 1 is the loss stage
+  const int64_t width = spec.io.input.dims.back();
+  std::string stage0_peer;
+  for (const auto& [id, peer] : run.peers) {
+    if (peer.stage == 0) stage0_peer = id;
+  }
+  REQUIRE(!stage0_peer.empty());
+  std::map<std::string, protocol::RefusalCounts> at_start;
+  for (const auto& peer : targets) at_start[peer.id] = refusals_of(attacker, peer);
+
+  run.wait_until_steady();
+  const Window before = run.measure("before");
+
+  // Some 100 a second, each forgery in turn, at either stage-1 peer.
+  std::map<Forgery, Tally> tallies;
+  Counter answered;
+  uint64_t next_id = uint64_t{1} << 62;
+  PeriodicTask stream;
+  stream.start(0.01, [&] {
+    const uint64_t id = next_id++;
+    const Forgery forgery = static_cast<Forgery>(id % static_cast<uint64_t>(Forgery::count));
+    const LivePeer& target = targets[(id / 8) % 2];
+    const LivePeer& other = targets[1 - (id / 8) % 2];
+    const security::HopStart start{id, 0, protocol::unix_millis_now() + 5000};
+    const auto& self = attacker.credentials.self;
+    std::string chain;
+    int64_t input_width = width;
+    switch (forgery) {
+      case Forgery::no_chain: break;
+      case Forgery::chain_to_another_peer:
+        chain = security::hop_chain_bytes(security::start_hop_chain(self, attacker.id, start, other.id));
+        break;
+      case Forgery::claims_another_trainer:
+        chain = security::hop_chain_bytes(security::start_hop_chain(self, stage0_peer, start, target.id));
+        break;
+      case Forgery::chain_for_another_id:
+        chain = security::hop_chain_bytes(security::start_hop_chain(self, attacker.id, {id + 1, 0, start.deadline_unix_ms}, target.id));
+        break;
+      case Forgery::garbage:
+        chain = security::hop_chain_bytes(security::start_hop_chain(self, attacker.id, start, target.id));
+        input_width = width + 3;
+        break;
+      case Forgery::count: break;
+    }
+    const Reply reply = reply_of(attacker.call(target.compute, pipeline(spec, id, input_width, std::move(chain))));
+    tallies[forgery].count(reply);
+    if (reply.answered) answered.add();
+  });
+  // The attack has landed once the peers have answered some of it.
+  REQUIRE_MESSAGE(answered.wait_for_at_least(50, 10s), "the peers answered " << answered.value());
+  const Window during = run.measure("during");
+  stream.stop();
+  const Window after = run.measure("after");
+
+  int64_t chains_refused = 0;
+  for (int f = 0; f < static_cast<int>(Forgery::count); ++f) {
+    const Tally& tally = tallies[static_cast<Forgery>(f)];
+    MESSAGE(fmt::format("{}: {} sent, {} refused ({}), {} accepted, {} unanswered", name_of(static_cast<Forgery>(f)),
+                        tally.sent, tally.refused, tally.last_refusal, tally.accepted, tally.unanswered));
+    CHECK(tally.sent >= 10);
+    CHECK(tally.accepted == 0);
+    CHECK(tally.refused == tally.sent - tally.unanswered);
+    if (static_cast<Forgery>(f) != Forgery::garbage) chains_refused += tally.refused;
+  }
+  CHECK(tallies[Forgery::no_chain].last_refusal.find("without a hop chain") != std::string::npos);
+  CHECK(tallies[Forgery::chain_to_another_peer].last_refusal.find("not here") != std::string::npos);
+  CHECK(tallies[Forgery::claims_another_trainer].last_refusal.find("not bound to the key") != std::string::npos);
+  CHECK(tallies[Forgery::chain_for_another_id].last_refusal.find("is for microbatch") != std::string::npos);
+  int64_t hop_chains = 0, spec_refused = 0;
+  for (const auto& peer : targets) {
+    protocol::RefusalCounts now = refusals_of(attacker, peer);
+    hop_chains += now["hop_chains"] - at_start[peer.id]["hop_chains"];
+    spec_refused += now["spec"] - at_start[peer.id]["spec"];
+    MESSAGE("peer " << peer.id << ": hop_chains +" << now["hop_chains"] - at_start[peer.id]["hop_chains"]
+                    << ", spec +" << now["spec"] - at_start[peer.id]["spec"]);
+  }
+  CHECK(hop_chains == chains_refused);
+  CHECK(spec_refused == tallies[Forgery::garbage].refused);
+
+  finish_and_judge(run, before, during, after, clean);
+}
+
+}  // namespace
+}  // namespace swarm
