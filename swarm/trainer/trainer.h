@@ -25,6 +25,7 @@
 #include <atomic>
 #include <limits>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
@@ -82,6 +83,15 @@ struct TrainerConfig {
   // `next_peer`, made from the chain it arrived with (empty at the trainer, which
   // starts one). Unset: pipelines carry none.
   std::function<Result<std::string>(const protocol::StageRequest& request, std::string_view next_peer)> sign_hop;
+  // Peer to peer: a peer that took a pipeline and sent nothing back by its deadline
+  // (no reply at all; an error reply is its stage's trouble, not silence) is left out
+  // of this trainer's pipeline choices, for this long the first time and twice as
+  // long each time again, up to silent_peer_leave_out_max_seconds; an answer resets
+  // it. The rendezvous choice would otherwise send it every microbatch it ranks
+  // first, each costing a deadline, for as long as it keeps announcing itself; a
+  // merely slow peer costs the stage a short while.
+  double silent_peer_leave_out_seconds = 30.0;
+  double silent_peer_leave_out_max_seconds = 600.0;
 };
 
 // Pipeline payloads (all four transfers) this trainer sent and received, cumulative:
@@ -111,7 +121,7 @@ struct Ledger {
 
 // Something a router decided about a peer, for the run's event log.
 struct TrainerEvent {
-  std::string event;  // "banned" (an error), "timed_out"
+  std::string event;  // "banned" (an error), "timed_out", "left_out_silent" (after a pipeline's timed_out)
   std::string peer;
   int stage = 0;
   std::string detail;
@@ -287,6 +297,11 @@ class Trainer {
     double last_refresh = -1e9;
     std::set<std::string> banned;  // by the stage's majority: routed nothing
     double banned_read_at = -1e9;
+    struct Silence {
+      double until = 0;  // on now()'s clock
+      int times = 0;     // silences since its last answer
+    };
+    std::map<std::string, Silence> silent;  // peer to peer: took a pipeline, never answered
   };
 
   // Longer than a record lives (the announce TTL), shorter than a flood takes to matter.
@@ -646,8 +661,10 @@ class Trainer {
                                                                            const std::vector<std::string>& tried) {
     std::lock_guard lock(stage.mu);
     std::vector<std::pair<uint64_t, std::string>> ranked;
+    const double t = now();
     for (const auto& [id, known] : stage.addresses) {
       if (std::find(tried.begin(), tried.end(), id) != tried.end()) continue;
+      if (auto silence = stage.silent.find(id); silence != stage.silent.end() && silence->second.until > t) continue;
       uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a: the same in every process
       for (unsigned char c : id) hash = (hash ^ c) * 0x100000001b3ull;
       ranked.emplace_back(SplitMix64(hash ^ microbatch).next(), id);
@@ -725,6 +742,15 @@ class Trainer {
       std::lock_guard lock(stage.mu);
       stage.router.report(peer, hop.kind, hop.batch, outcome, duration, now());
     }
+    if (message.kind == wire::MessageKind::pipeline) {
+      const bool silent = !frames.is_ok() && frames.status().code() == StatusCode::deadline_exceeded;
+      if (silent) {
+        leave_out_silent(stage, hop.stage, peer, duration);
+      } else if (frames.is_ok()) {
+        std::lock_guard lock(stage.mu);
+        stage.silent.erase(peer);
+      }
+    }
     count(peer, hop.kind, ok);
     if (ok) {
       count_volume(protocol::volume_of(*reply));
@@ -734,6 +760,26 @@ class Trainer {
                          reply.status().to_string()});
     }
     return reply;
+  }
+
+  void leave_out_silent(StageState& stage, int index, const std::string& peer, double waited) {
+    const double t = now();
+    double seconds = 0;
+    {
+      std::lock_guard lock(stage.mu);
+      auto& silence = stage.silent[peer];
+      // Pipelines it held together time out together: one silence, not one each.
+      if (silence.until > t) return;
+      ++silence.times;
+      seconds = std::min(config_.silent_peer_leave_out_seconds * std::ldexp(1.0, std::min(silence.times - 1, 30)),
+                         config_.silent_peer_leave_out_max_seconds);
+      silence.until = t + seconds;
+    }
+    log_warn("{}: peer {} of stage {} took a pipeline and sent nothing back in {:.1f} s; left out of pipelines "
+             "for {:.0f} s",
+             config_.trainer_id, peer, index, waited, seconds);
+    std::lock_guard lock(served_mu_);
+    events_.push_back({"left_out_silent", peer, index, fmt::format("no reply in {:.1f} s; out for {:.0f} s", waited, seconds)});
   }
 
   void count_volume(const protocol::PayloadVolume& volume) {

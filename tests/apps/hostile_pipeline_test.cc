@@ -11,8 +11,18 @@
 // chain for another microbatch, and with garbage activations: each is refused and
 // counted. Stage 1's rate, its replicas and the run's final loss are judged
 // against a clean run's.
+//
+// A member can also announce itself as a peer of stage 1 and take pipelines
+// without ever answering. Stage 0's peers choose by rendezvous on the microbatch
+// id, so before a silent peer was left out it was ranked first for a third of the
+// microbatches, every retry of them included, and each cost a deadline for as long
+// as it kept announcing. Now it costs each sender one deadline.
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +33,7 @@
 #include "swarm/compression/codecs.h"
 #include "swarm/peer/periodic_task.h"
 #include "swarm/protocol/tensor_codec.h"
+#include "swarm/protocol/records.h"
 #include "swarm/security/hop_chain.h"
 #include "tests/apps/hostile_rounds_fixture.h"
 
@@ -166,6 +177,93 @@ TEST_CASE("peer to peer: pipelines from a member off their path are refused and 
   CHECK(hop_chains == chains_refused);
   CHECK(spec_refused == tallies[Forgery::garbage].refused);
 
+  finish_and_judge(run, before, during, after, clean);
+}
+
+// A peer that takes every request and answers none: each waits on a worker of
+// its own until the test ends.
+struct SilentPeer {
+  std::atomic<int64_t> pipelines{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  bool released = false;
+  std::optional<ZmqServer> server;  // last: destroyed first, while its handlers can still wake
+
+  explicit SilentPeer(const security::SwarmCredentials& credentials) {
+    ServerOptions options;
+    options.security = credentials.server_options();
+    options.worker_threads = 64;
+    auto bound = ZmqTransport::bind("tcp://127.0.0.1:*", options);
+    REQUIRE(bound.is_ok());
+    server.emplace(std::move(bound).value());
+    REQUIRE(server->serve([this](const PeerIdentity&, wire::Frames request) {
+                    auto decoded = wire::decode_message(request.views(), wire::Limits{});
+                    if (decoded.is_ok() && decoded->header.kind == wire::MessageKind::pipeline) ++pipelines;
+                    std::unique_lock lock(mu);
+                    cv.wait_for(lock, 120s, [&] { return released; });
+                    return wire::make_error_reply(0, 1, unavailable("too late"));
+                  })
+                .is_ok());
+  }
+  ~SilentPeer() {
+    {
+      std::lock_guard lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+  }
+};
+
+// Lines of the stage-0 peers' logs that left the silent peer out.
+int64_t left_out_lines(HostileRun& run, const std::string& silent_id) {
+  int64_t lines = 0;
+  for (const auto& [name, pid] : run.peer_pids) {
+    if (name[1] != '0') continue;
+    const std::string log = test_apps::read_all(run.dir / (name + ".log"));
+    for (size_t at = log.find(silent_id); at != std::string::npos; at = log.find(silent_id, at + 1)) {
+      const size_t line_end = log.find('\n', at);
+      if (log.substr(at, line_end - at).find("left out of pipelines") != std::string::npos) ++lines;
+    }
+  }
+  return lines;
+}
+
+TEST_CASE("peer to peer: a member that takes pipelines and never answers costs each sender one deadline") {
+  const RunEnd& clean = clean_run();
+  // A stage-0 peer gives a pipeline's stage-1 hop 2 s (--backward-timeout): one deadline.
+  const std::vector<std::string> hop_timeout = {"--backward-timeout", "2"};
+  HostileRun run("hostile-silent-peer", /*stage0_peers=*/2, /*watched_stage=*/1,
+                 {{"p00", hop_timeout}, {"p01", hop_timeout}}, /*owned=*/false, /*peer_to_peer=*/true);
+  Attacker& attacker = *run.attacker;
+  SilentPeer silent(attacker.credentials);
+
+  run.wait_until_steady();
+  const Window before = run.measure("before");
+  Window during;
+  {
+    PeriodicTask announcer;  // as a live peer does, so its record never lapses
+    announcer.start(0.5, [&] {
+      PeerAnnouncementRecord record{attacker.id, silent.server->address(), 1, 1e6, 0};
+      (void)attacker.announce(stage_registry_key(1), record.to_json(), 5);
+    });
+    // The attack has landed once each stage-0 peer has waited out a pipeline there:
+    // the deadline it costs is here, before the window.
+    const auto announced = Clock::now();
+    REQUIRE_MESSAGE(run.wait([&] { return left_out_lines(run, attacker.id) >= 2; }, 30s),
+                    "stage 0's peers left the silent peer out " << left_out_lines(run, attacker.id)
+                                                                << " times; it took " << silent.pipelines.load());
+    const double landed_seconds = std::chrono::duration<double>(Clock::now() - announced).count();
+    const int64_t taken = silent.pipelines.load();
+    // It still announces itself: were it not left out, a third of the pipelines would reach it.
+    during = run.measure("during");
+    MESSAGE(fmt::format("the silent peer took {} pipelines in the {:.1f} s until both stage-0 peers left it out, and "
+                        "{} more in the window during, while it still announced itself",
+                        taken, landed_seconds, silent.pipelines.load() - taken));
+    CHECK(silent.pipelines.load() == taken);
+    CHECK(left_out_lines(run, attacker.id) == 2);  // once each: what it held timed out together
+    CHECK(taken <= 2 * 2 * 2);  // the trainer's 2 in flight, each tried at it once or retried there once, per sender
+  }
+  const Window after = run.measure("after");
   finish_and_judge(run, before, during, after, clean);
 }
 
