@@ -11,11 +11,15 @@
 // first time. A retry that arrives while the first attempt still runs here
 // waits for it.
 //
-// Bounded: at most `capacity` replies (each an input gradient), each for
-// `keep_seconds`; a retry after that is computed and refused as a duplicate by
-// the replica. Keys are microbatch ids alone: a member that learned an id could
-// claim it first (the signed hop chains of swarm/security/hop_chain.h are to
-// close that).
+// Bounded: replies (each an input gradient) up to a count and a byte budget,
+// each for `keep_seconds`. A retry comes a deadline after its first attempt
+// (seconds), so the window must hold that long at the stage's rate: the
+// classifier's tiny stages finished some 800 pipelines a second, and with the
+// old 64 replies a retry 7 s late found its reply gone, was refused as a
+// duplicate by the replica and went to a stage-mate, which counted it again.
+// A retry after that window is still computed and refused as a duplicate.
+// Keys are the service's: a microbatch id, or its id under its trainer (hop
+// chains, stage_service.h).
 #pragma once
 
 #include <chrono>
@@ -33,14 +37,20 @@
 
 namespace swarm {
 
+struct PipelineReplayLimits {
+  size_t max_replies = 16384;
+  size_t max_bytes = size_t{64} << 20;  // of kept input gradients: 256 of a [8, 128, 64] f32 activation
+  double keep_seconds = 60;
+};
+
 class PipelineReplays {
  public:
   // `now` tells how old a kept reply is (a test passes a fake clock); waiting
   // for a running attempt uses the real one.
-  explicit PipelineReplays(size_t capacity = 64, double keep_seconds = 60,
+  explicit PipelineReplays(PipelineReplayLimits limits = {},
                            std::function<Clock::time_point()> now = [] { return Clock::now(); })
-      : capacity_(capacity),
-        keep_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(keep_seconds))),
+      : limits_(limits),
+        keep_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limits.keep_seconds))),
         now_(std::move(now)) {}
 
   enum class Claim { run, replay, gave_up };
@@ -72,11 +82,14 @@ class PipelineReplays {
     {
       std::lock_guard lock(mu_);
       running_.erase(microbatch);
-      if (reply != nullptr && capacity_ > 0) {
-        done_[microbatch] = Done{*reply, now_()};
+      const size_t bytes = reply != nullptr ? size_of(*reply) : 0;
+      if (reply != nullptr && limits_.max_replies > 0 && bytes <= limits_.max_bytes) {
+        forget(microbatch);
+        done_[microbatch] = Done{*reply, now_(), bytes};
+        bytes_ += bytes;
         order_.push_back(microbatch);
-        while (done_.size() > capacity_ && !order_.empty()) {
-          done_.erase(order_.front());
+        while ((done_.size() > limits_.max_replies || bytes_ > limits_.max_bytes) && !order_.empty()) {
+          forget(order_.front());
           order_.pop_front();
         }
       }
@@ -89,6 +102,7 @@ class PipelineReplays {
     std::lock_guard lock(mu_);
     done_.clear();
     order_.clear();
+    bytes_ = 0;
   }
 
   int64_t replayed() const {
@@ -100,18 +114,31 @@ class PipelineReplays {
   struct Done {
     protocol::StageReply reply;
     Clock::time_point at;
+    size_t bytes = 0;
   };
+
+  static size_t size_of(const protocol::StageReply& reply) {
+    return (reply.tensor ? reply.tensor->payload.size() : 0) + reply.metrics.size() * sizeof(float) + sizeof(reply);
+  }
+
+  // Drops a kept reply (its id may stay in order_, and is skipped there).
+  void forget(uint64_t microbatch) {
+    auto it = done_.find(microbatch);
+    if (it == done_.end()) return;
+    bytes_ -= it->second.bytes;
+    done_.erase(it);
+  }
 
   void forget_old(Clock::time_point now) {
     while (!order_.empty()) {
       auto it = done_.find(order_.front());
       if (it != done_.end() && now - it->second.at < keep_) break;
-      if (it != done_.end()) done_.erase(it);
+      forget(order_.front());
       order_.pop_front();
     }
   }
 
-  const size_t capacity_;
+  const PipelineReplayLimits limits_;
   const Clock::duration keep_;
   const std::function<Clock::time_point()> now_;
   mutable std::mutex mu_;
@@ -119,6 +146,7 @@ class PipelineReplays {
   std::set<uint64_t> running_;
   std::map<uint64_t, Done> done_;
   std::deque<uint64_t> order_;
+  size_t bytes_ = 0;
   int64_t replayed_ = 0;
 };
 

@@ -624,6 +624,11 @@ class Trainer {
       }
       // A bad request is our fault, not the peer's: retrying elsewhere cannot help.
       if (reply.status().code() == StatusCode::invalid_argument) return reply.status();
+      // A pipeline that peer already accumulated, its reply no longer kept: a stage-mate
+      // would count its samples a second time. Lost, and counted as lost, instead.
+      if (message.kind == wire::MessageKind::pipeline && reply.status().code() == StatusCode::already_exists) {
+        return reply.status().with_context(peer->first);
+      }
       last_error = reply.status().with_context(peer->first);
       ++outcome->retries;
       tried.push_back(peer->first);

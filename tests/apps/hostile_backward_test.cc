@@ -30,23 +30,11 @@ using namespace std::chrono_literals;
 constexpr int kRows = 4;  // the trainer's microbatch
 constexpr float kSteeringGradient = -1000.0f;
 
-protocol::StageSpec spec_of(Attacker& attacker, const LivePeer& peer) {
-  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage, attacker.credentials.certificate)));
-  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
-  auto info = protocol::parse_peer_info(*reply, wire::Limits{});
-  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
-  return info->spec;
-}
-
 // A loss-stage backward of a microbatch nobody forwarded: activations that fit the
 // stage's input, real-looking targets, and d_loss = kSteeringGradient.
 wire::Frames steered_backward(const protocol::StageSpec& spec, uint64_t microbatch_id) {
   const int64_t width = spec.io.input.dims.back();
-  Tensor hidden = *Tensor::empty(Shape{kRows, kSeqLen, width}, DType::f32);
-  float v = 0.25f;
-  for (float& x : hidden.span<float>()) x = (v = std::fmod(v * 1.7f + 0.3f, 2.0f) - 1.0f);
-  Tensor targets = *Tensor::zeros(Shape{kRows, kSeqLen}, DType::i32);
-  for (int32_t& t : targets.span<int32_t>()) t = 'e';
+  const auto [hidden, targets] = loss_stage_batch(kRows, kSeqLen, width);
   Tensor d_loss = *Tensor::empty(Shape{1}, DType::f32);
   d_loss.data<float>()[0] = kSteeringGradient;
 

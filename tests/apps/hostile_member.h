@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -150,6 +151,30 @@ inline protocol::RefusalCounts refusals_of(Attacker& attacker, const LivePeer& p
   auto info = protocol::parse_peer_info(*reply, wire::Limits{});
   REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
   return info->refusals;
+}
+
+// A peer's stage spec, from its info reply.
+inline protocol::StageSpec spec_of(Attacker& attacker, const LivePeer& peer) {
+  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage, attacker.credentials.certificate)));
+  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
+  auto info = protocol::parse_peer_info(*reply, wire::Limits{});
+  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
+  return info->spec;
+}
+
+// What a loss stage's input looks like from a trainer: `rows` sequences of
+// `seq_len` activations `width` wide, in [-1, 1), and their targets (all 'e').
+struct LossStageBatch {
+  Tensor hidden;
+  Tensor targets;
+};
+inline LossStageBatch loss_stage_batch(int64_t rows, int64_t seq_len, int64_t width) {
+  LossStageBatch batch{*Tensor::empty(Shape{rows, seq_len, width}, DType::f32),
+                       *Tensor::zeros(Shape{rows, seq_len}, DType::i32)};
+  float v = 0.25f;
+  for (float& x : batch.hidden.span<float>()) x = (v = std::fmod(v * 1.7f + 0.3f, 2.0f) - 1.0f);
+  for (int32_t& t : batch.targets.span<int32_t>()) t = 'e';
+  return batch;
 }
 
 // The attacker's own server, the address in its records and JOINs: counts what it

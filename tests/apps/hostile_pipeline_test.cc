@@ -45,22 +45,10 @@ using namespace std::chrono_literals;
 
 constexpr int kRows = 4;  // the trainer's microbatch
 
-protocol::StageSpec spec_of(Attacker& attacker, const LivePeer& peer) {
-  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage, attacker.credentials.certificate)));
-  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
-  auto info = protocol::parse_peer_info(*reply, wire::Limits{});
-  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
-  return info->spec;
-}
-
 // A loss-stage pipeline: activations of `width` (the stage's own, or garbage's),
 // real-looking targets, and `chain` as its hop chain.
 wire::Frames pipeline(const protocol::StageSpec& spec, uint64_t microbatch_id, int64_t width, std::string chain) {
-  Tensor hidden = *Tensor::empty(Shape{kRows, kSeqLen, width}, DType::f32);
-  float v = 0.25f;
-  for (float& x : hidden.span<float>()) x = (v = std::fmod(v * 1.7f + 0.3f, 2.0f) - 1.0f);
-  Tensor targets = *Tensor::zeros(Shape{kRows, kSeqLen}, DType::i32);
-  for (int32_t& t : targets.span<int32_t>()) t = 'e';
+  const auto [hidden, targets] = loss_stage_batch(kRows, kSeqLen, width);
   protocol::StageRequest request;
   request.kind = wire::MessageKind::pipeline;
   request.request_id = microbatch_id;

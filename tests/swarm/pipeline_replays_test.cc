@@ -51,7 +51,7 @@ TEST_CASE("a retry that arrives while the first attempt runs waits for its reply
 
 TEST_CASE("replies are kept up to the capacity, oldest dropped first, for their time, and not across a move") {
   Clock::time_point fake = Clock::now();
-  PipelineReplays replays(/*capacity=*/2, /*keep_seconds=*/0.2, [&] { return fake; });
+  PipelineReplays replays({/*max_replies=*/2, /*max_bytes=*/size_t{1} << 20, /*keep_seconds=*/0.2}, [&] { return fake; });
   const protocol::StageReply sent = reply_with_loss(1);
   for (uint64_t id : {1, 2, 3}) {
     REQUIRE(replays.claim(id, soon()).claim == PipelineReplays::Claim::run);
@@ -67,6 +67,42 @@ TEST_CASE("replies are kept up to the capacity, oldest dropped first, for their 
   replays.finish(3, &sent);
   replays.clear();
   CHECK(replays.claim(3, soon()).claim == PipelineReplays::Claim::run);
+}
+
+TEST_CASE("a retry a deadline late still replays at a fast stage's rate") {
+  // The classifier's stages finished some 800 pipelines a second; a trainer's retry
+  // came 7 s after the first attempt. With 64 replies kept, its reply was gone, the
+  // replica refused it as a duplicate and a stage-mate counted it again (76816
+  // samples of 76800 in classifier_program_test).
+  PipelineReplays replays;
+  const protocol::StageReply sent = reply_with_loss(1);
+  for (uint64_t id = 1; id <= 8 * 800; ++id) {
+    REQUIRE(replays.claim(id, soon()).claim == PipelineReplays::Claim::run);
+    replays.finish(id, &sent);
+  }
+  CHECK(replays.claim(1, soon()).claim == PipelineReplays::Claim::replay);
+}
+
+TEST_CASE("replies are kept within a byte budget, oldest dropped first") {
+  Tensor gradient = *Tensor::zeros(Shape{1000}, DType::f32);
+  protocol::StageReply large{protocol::raw_tensor(gradient), 1.0f};
+  PipelineReplays replays({/*max_replies=*/100, /*max_bytes=*/10000, /*keep_seconds=*/60});
+  for (uint64_t id : {1, 2, 3}) {  // 4000 bytes and some each: the third pushes the first out
+    REQUIRE(replays.claim(id, soon()).claim == PipelineReplays::Claim::run);
+    replays.finish(id, &large);
+  }
+  CHECK(replays.claim(1, soon()).claim == PipelineReplays::Claim::run);
+  replays.finish(1, nullptr);
+  CHECK(replays.claim(2, soon()).claim == PipelineReplays::Claim::replay);
+  CHECK(replays.claim(3, soon()).claim == PipelineReplays::Claim::replay);
+  // One reply beyond the whole budget is not kept, and pushes nothing out.
+  Tensor huge_gradient = *Tensor::zeros(Shape{4000}, DType::f32);
+  protocol::StageReply huge{protocol::raw_tensor(huge_gradient), 1.0f};
+  REQUIRE(replays.claim(4, soon()).claim == PipelineReplays::Claim::run);
+  replays.finish(4, &huge);
+  CHECK(replays.claim(4, soon()).claim == PipelineReplays::Claim::run);
+  replays.finish(4, nullptr);
+  CHECK(replays.claim(3, soon()).claim == PipelineReplays::Claim::replay);
 }
 
 }  // namespace
