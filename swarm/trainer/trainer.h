@@ -667,6 +667,8 @@ class Trainer {
     std::lock_guard lock(stage.mu);
     std::vector<std::pair<uint64_t, std::string>> ranked;
     const double t = now();
+    // Bounded by the peers known: a forgotten one that announces again starts afresh.
+    std::erase_if(stage.silent, [&](const auto& entry) { return stage.addresses.count(entry.first) == 0; });
     for (const auto& [id, known] : stage.addresses) {
       if (std::find(tried.begin(), tried.end(), id) != tried.end()) continue;
       if (auto silence = stage.silent.find(id); silence != stage.silent.end() && silence->second.until > t) continue;
