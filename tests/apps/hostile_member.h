@@ -145,22 +145,21 @@ inline Reply reply_of(const Result<wire::Frames>& reply) {
   return {true, true, status.to_string()};
 }
 
-inline protocol::RefusalCounts refusals_of(Attacker& attacker, const LivePeer& peer) {
+// A peer's info reply, as any member may ask for it.
+inline protocol::PeerInfo info_of(Attacker& attacker, const LivePeer& peer) {
   auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage, attacker.credentials.certificate)));
   REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
   auto info = protocol::parse_peer_info(*reply, wire::Limits{});
   REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
-  return info->refusals;
+  return std::move(info).value();
+}
+
+inline protocol::RefusalCounts refusals_of(Attacker& attacker, const LivePeer& peer) {
+  return info_of(attacker, peer).refusals;
 }
 
 // A peer's stage spec, from its info reply.
-inline protocol::StageSpec spec_of(Attacker& attacker, const LivePeer& peer) {
-  auto reply = attacker.call(peer.compute, must(protocol::encode_info_request(peer.stage, attacker.credentials.certificate)));
-  REQUIRE_MESSAGE(reply.is_ok(), reply.status().to_string());
-  auto info = protocol::parse_peer_info(*reply, wire::Limits{});
-  REQUIRE_MESSAGE(info.is_ok(), info.status().to_string());
-  return info->spec;
-}
+inline protocol::StageSpec spec_of(Attacker& attacker, const LivePeer& peer) { return info_of(attacker, peer).spec; }
 
 // What a loss stage's input looks like from a trainer: `rows` sequences of
 // `seq_len` activations `width` wide, in [-1, 1), and their targets (all 'e').
