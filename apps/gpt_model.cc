@@ -1,5 +1,6 @@
 #include "apps/gpt_model.h"
 
+#include <cmath>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,7 @@ void to_json(nlohmann::json& json, const GptOptions& options) {
   json = {{"model", nlohmann::json::parse(options.model.to_json())},
           {"data", options.data_path},
           {"gpt2_tokens", options.gpt2_tokens}};
+  if (options.emulated_device_flops > 0) json["emulated_device_flops"] = options.emulated_device_flops;
 }
 
 void from_json(const nlohmann::json& json, GptOptions& options) {
@@ -24,6 +26,7 @@ void from_json(const nlohmann::json& json, GptOptions& options) {
   options.model = *model;
   options.data_path = json.value("data", std::string());
   options.gpt2_tokens = json.value("gpt2_tokens", false);
+  options.emulated_device_flops = json.value("emulated_device_flops", 0.0);
 }
 
 void GptModel::add_options(CLI::App& command, Options& options) {
@@ -47,6 +50,10 @@ void GptModel::add_options(CLI::App& command, Options& options) {
   command.add_option("--data", options.data_path, "Text file or directory (default: the fortunes corpus)");
   command.add_flag("--gpt2-tokens", options.gpt2_tokens,
                    "--data is an llm.c .bin file of GPT-2 tokens; the model's vocabulary becomes 50257");
+  command.add_option("--emulated-device", options.emulated_device_flops,
+                     "FLOP/s of an emulated device (e.g. 25e12, a T4): peers compute nothing and wait each "
+                     "stage's FLOPs at this rate, sending real tensors of the true shapes, so that links, not "
+                     "this CPU, set the pace. For link experiments: the run's losses are not a model's");
 }
 
 Status GptModel::prepare(Options& options, int stages) {
@@ -56,14 +63,20 @@ Status GptModel::prepare(Options& options, int stages) {
     }
     options.model.vocab_size = kGpt2VocabSize;
   }
+  if (!(options.emulated_device_flops >= 0) || !std::isfinite(options.emulated_device_flops)) {
+    return invalid_argument("--emulated-device must be a finite FLOP/s rate >= 0, got {}",
+                            options.emulated_device_flops);
+  }
   SWARM_RETURN_IF_ERROR(options.model.validate());
   return gpt::partition_layers(options.model, stages).status();
 }
 
 nlohmann::json GptModel::describe(const Options& options) {
-  return {{"model", nlohmann::json::parse(options.model.to_json())},
-          {"data", options.data_path.empty() ? std::string(kDefaultCorpus) : options.data_path},
-          {"gpt2_tokens", options.gpt2_tokens}};
+  nlohmann::json described = {{"model", nlohmann::json::parse(options.model.to_json())},
+                              {"data", options.data_path.empty() ? std::string(kDefaultCorpus) : options.data_path},
+                              {"gpt2_tokens", options.gpt2_tokens}};
+  if (options.emulated_device_flops > 0) described["emulated_device_flops"] = options.emulated_device_flops;
+  return described;
 }
 
 namespace {
@@ -114,6 +127,14 @@ int GptModel::serve(const PeerServing& serving, const Options& options) {
   if (!backend.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", backend.status().message());
     return 2;
+  }
+  if (options.emulated_device_flops > 0) {
+    if (is_cuda(*backend)) {
+      fmt::print(stderr, "swarm peer: --emulated-device computes nothing, so it takes no --device {}\n",
+                 serving.options.compute.device);
+      return 2;
+    }
+    return serve_gpt_emulated(serving, options.model, options.emulated_device_flops);
   }
   return is_cuda(*backend) ? serve_gpt_cuda(*backend, serving, options.model) : serve_gpt_cpu(serving, options.model);
 }

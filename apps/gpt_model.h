@@ -22,6 +22,9 @@ struct GptOptions {
   gpt::GptConfig model;   // defaults: d_model 128, 4 layers, 4 heads, seq 128, bytes
   std::string data_path;  // empty: the fortunes corpus
   bool gpt2_tokens = false;  // data_path is an llm.c .bin file of GPT-2 tokens (vocabulary 50257)
+  // > 0: peers do no arithmetic and wait FLOPs / this rate (models/emulated), for link
+  // experiments at a faster device's pace; such a run's losses are not a model's.
+  double emulated_device_flops = 0;
 };
 void to_json(nlohmann::json& json, const GptOptions& options);
 void from_json(const nlohmann::json& json, GptOptions& options);
@@ -49,5 +52,6 @@ static_assert(cli::Model<GptModel>);
 // units (gpt_serving_cpu.cc, gpt_serving_cuda.cc).
 int serve_gpt_cpu(const PeerServing& serving, const gpt::GptConfig& model);
 int serve_gpt_cuda(ComputeBackend backend, const PeerServing& serving, const gpt::GptConfig& model);
+int serve_gpt_emulated(const PeerServing& serving, const gpt::GptConfig& model, double flops_per_second);
 
 }  // namespace swarm::apps

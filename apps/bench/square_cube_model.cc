@@ -1,5 +1,7 @@
 #include "apps/bench/square_cube_model.h"
 
+#include "models/gpt/config.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -48,8 +50,7 @@ int in_flight_to_cover(const MicrobatchCost& cost, const LinkParams& link, int m
 }
 
 double gpt_block_forward_flops_per_token(int64_t d_model, int64_t seq, int64_t layers) {
-  const double d = static_cast<double>(d_model);
-  return static_cast<double>(layers) * (24.0 * d * d + 4.0 * static_cast<double>(seq) * d);
+  return gpt::block_forward_flops_per_token(d_model, seq, layers);
 }
 
 double projection_forward_flops_per_token(int64_t d_model, int64_t k) {

@@ -18,11 +18,10 @@
 //        .backward_flops_per_token = 9.6e9, .flops_per_second = 25e12});
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <thread>
 #include <vector>
 
+#include "models/emulated/emulated_time.h"
 #include "swarm/api/stage.h"
 #include "swarm/core/status.h"
 #include "swarm/core/tensor.h"
@@ -82,23 +81,8 @@ class EmulatedComputeStage {
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
-
-  Clock::time_point deadline_for(const TensorView& input, double flops_per_token) const {
-    const double tokens = input.shape().rank() >= 2
-                              ? static_cast<double>(input.shape()[0]) * static_cast<double>(input.shape()[1])
-                              : 0.0;
-    const std::chrono::duration<double> seconds(flops_per_token * tokens / config_.flops_per_second);
-    return Clock::now() + std::chrono::duration_cast<Clock::duration>(seconds);
-  }
-
-  // A plain sleep overshoots by tens of microseconds, a tenth of the smallest
-  // emulated compute; the last stretch spins so the stage is as fast as claimed.
-  static void wait_until(Clock::time_point until) {
-    constexpr auto kSpin = std::chrono::microseconds(300);
-    if (Clock::now() + kSpin < until) std::this_thread::sleep_until(until - kSpin);
-    while (Clock::now() < until) {
-    }
+  EmulatedClock::time_point deadline_for(const TensorView& input, double flops_per_token) const {
+    return EmulatedClock::now() + seconds_for(flops_per_token * tokens_of(input), config_.flops_per_second);
   }
 
   static Status check(const TensorView& t, int64_t width, const char* what) {
@@ -107,19 +91,6 @@ class EmulatedComputeStage {
                               dtype_name(t.dtype()), t.shape().to_string());
     }
     return Status::ok();
-  }
-
-  // [B, T, width] whose row r repeats row r of `source` cyclically.
-  static Result<Tensor> follow(const TensorView& source, int64_t width) {
-    const int64_t rows = source.shape()[0] * source.shape()[1];
-    const int64_t source_width = source.shape()[2];
-    SWARM_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(Shape{source.shape()[0], source.shape()[1], width}, DType::f32));
-    const float* in = source.data<float>();
-    float* o = out.data<float>();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < width; ++c) o[r * width + c] = in[r * source_width + c % source_width];
-    }
-    return out;
   }
 
   EmulatedComputeConfig config_;

@@ -253,4 +253,22 @@ Result<std::vector<StageLayout>> partition_layers(const GptConfig& config, int n
   return partition_at(config, boundaries);
 }
 
+double block_forward_flops_per_token(int64_t d_model, int64_t seq, int64_t layers) {
+  const double d = static_cast<double>(d_model);
+  return static_cast<double>(layers) * (24.0 * d * d + 4.0 * static_cast<double>(seq) * d);
+}
+
+double stage_forward_flops_per_token(const GptConfig& config, const StageLayout& layout) {
+  const double d = config.d_model;
+  double flops = block_forward_flops_per_token(config.d_model, config.max_seq_len,
+                                               int64_t{layout.num_layers()} * config.layer_repeat);
+  if (layout.has_head()) flops += 2.0 * d * config.vocab_size;
+  auto projection = [&](const BoundaryLayer& cut) {
+    return cut.kind == BoundaryKind::bottleneck ? 2.0 * d * (d / cut.k) : 0.0;
+  };
+  if (layout.stage_index + 1 < layout.num_stages) flops += projection(config.boundary_after(layout.stage_index));
+  if (layout.stage_index > 0) flops += projection(config.boundary_after(layout.stage_index - 1));
+  return flops;
+}
+
 }  // namespace swarm::gpt

@@ -90,4 +90,15 @@ Result<std::vector<StageLayout>> partition_layers(const GptConfig& config, int n
 Result<std::vector<StageLayout>> partition_at(const GptConfig& config,
                                               const std::vector<int>& boundaries);
 
+// FLOPs per token of one forward through `layers` blocks of width d with causal
+// attention over `seq` tokens: 24·d² for the four dense GEMMs (QKV, the
+// projection and the 4d MLP, 2 FLOPs per multiply-add) and 4·seq·d for the
+// scores and the weighted sum.
+double block_forward_flops_per_token(int64_t d_model, int64_t seq, int64_t layers);
+
+// One forward of a stage, per token: its blocks (each applied layer_repeat
+// times), the head's 2·d·vocab on the last stage, and the projections of a
+// bottleneck at its cuts. A backward costs about twice this.
+double stage_forward_flops_per_token(const GptConfig& config, const StageLayout& layout);
+
 }  // namespace swarm::gpt
