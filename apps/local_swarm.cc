@@ -738,6 +738,7 @@ Status check_options(const LocalSwarmOptions& o) {
   SWARM_RETURN_IF_ERROR(parse_wire_codecs(o.codec, o.gradient_codec).status());
   if (!o.link.empty()) SWARM_RETURN_IF_ERROR(netem::parse_link(o.link).status().with_context("--link"));
   if (o.hops != "hub" && o.hops != "p2p") return invalid_argument("--hops is hub or p2p, not '{}'", o.hops);
+  if (o.eval_every < 0) return invalid_argument("--eval-every {} must be >= 0", o.eval_every);
   SWARM_RETURN_IF_ERROR(o.model->prepare(o.stages));
   // The peers would each fail the same way; say it once, before any starts.
   SWARM_ASSIGN_OR_RETURN(ComputeBackend backend, parse_compute(o.compute));
@@ -1001,6 +1002,60 @@ LocalSwarmReport make_report(const LocalSwarmOptions& o, const ModelData& data, 
   return report;
 }
 
+using SwarmLoop = TrainingLoop<SwarmTrainer, AnyDataSource>;
+
+// To --steps; with --eval-every, in segments of that many steps with `evaluate`
+// after each one but the last (the run's own validation follows it). The
+// microbatches in flight end before each evaluation, so it sees the weights of
+// the segment's last global step (or the one before, while its round finishes).
+Result<TrainingSummary> train_in_segments(SwarmLoop& loop, const LocalSwarmOptions& o, int64_t start_step,
+                                          const std::function<void(int64_t step)>& evaluate) {
+  if (o.eval_every <= 0) return loop.run();
+  const auto started = Clock::now();
+  TrainingSummary total;
+  total.last_step = start_step;
+  for (int64_t first = start_step + 1; first <= o.steps;) {
+    const int64_t last = std::min<int64_t>(o.steps, (first - 1) / o.eval_every * o.eval_every + o.eval_every);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - started).count();
+    double limit = 0;
+    if (o.time_limit_seconds > 0) {
+      limit = o.time_limit_seconds - elapsed;
+      if (limit <= 0) {
+        total.stopped_by = StopReason::time_limit;
+        break;
+      }
+    }
+    SWARM_ASSIGN_OR_RETURN(TrainingSummary part, loop.run_steps(first, last, limit));
+    total.last_step = part.last_step;
+    total.steps_reported += part.steps_reported;
+    total.tokens += part.tokens;
+    total.ledger = part.ledger;
+    total.stopped_by = part.stopped_by;
+    if (part.stopped_by != StopReason::finished || part.last_step < last) break;
+    if (last < o.steps) evaluate(last);
+    first = last + 1;
+  }
+  total.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  return total;
+}
+
+// A validation between segments: a "validation" record and a line.
+void evaluate_at(int64_t step, SwarmTrainer& trainer, const ModelData& data, size_t metrics_count,
+                 MetricsWriter& metrics, const LineSink& print) {
+  const auto started = Clock::now();
+  const ValidationResult validation = validate_until(trainer, data.validation, std::nullopt, metrics_count);
+  const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  metrics.write({{"kind", "validation"},
+                 {"step", step},
+                 {"validation_loss", validation.loss ? nlohmann::json(*validation.loss) : nlohmann::json()},
+                 {"validation_windows", validation.windows_done},
+                 {"seconds", seconds}});
+  print(validation.loss ? fmt::format("validation at step {}: loss {:.4f} over {} {} ({:.1f} s)", step,
+                                      *validation.loss, validation.windows_done, data.validation_unit, seconds)
+                        : fmt::format("validation at step {}: none ({})", step, validation.stopped_early.message()),
+        false);
+}
+
 // Trains through the loop while chaos runs, then validates through the swarm.
 Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print) {
   const LocalSwarmOptions& o = run.o;
@@ -1017,9 +1072,8 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
                        metric_names);
   std::vector<SwarmTrainer*> pointers;
   for (auto& trainer : trainers) pointers.push_back(trainer.get());
-  TrainingLoop<SwarmTrainer, AnyDataSource> loop(std::move(pointers), std::move(run.data.sources),
-                                                 loop_options(o, run.start_step, metric_names),
-                                  [&](const StepReport& report) { recorder.on_step(report); });
+  SwarmLoop loop(std::move(pointers), std::move(run.data.sources), loop_options(o, run.start_step, metric_names),
+                 [&](const StepReport& report) { recorder.on_step(report); });
   // --time-limit bounds the whole of training: the loop stops taking steps at
   // the limit, and draining the microbatches in flight and validation end
   // within kTimeLimitGraceSeconds after it.
@@ -1030,7 +1084,9 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
     for (auto& trainer : trainers) trainer->give_up_waiting_after(*deadline);
   }
   ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.registry, o.stages, &run.metrics, print);
-  Result<TrainingSummary> summary = loop.run();
+  Result<TrainingSummary> summary = train_in_segments(loop, o, run.start_step, [&](int64_t step) {
+    evaluate_at(step, *trainers[0], run.data, metric_names.size(), run.metrics, print);
+  });
   chaos.end_plan();  // the peers it restarted live on: the final records and ledgers ask them too
   print("", true);  // the live status ends: what follows are the run's final lines
   SWARM_RETURN_IF_ERROR(summary.status());

@@ -70,6 +70,9 @@ struct LocalSwarmOptions {
   // tokens and targets to stage 0 and the peers pass each microbatch on themselves.
   std::string hops = "hub";
   int eval_windows = 32;          // validation samples (a GPT's: windows) evaluated at the end
+  // > 0: training pauses after every this many steps for a validation through the
+  // swarm ("validation" records in metrics.jsonl): the run's held-out loss curve.
+  int eval_every = 0;
   double forward_timeout_seconds = 10;
   double backward_timeout_seconds = 20;
   // Stop training after this many seconds even if steps remain (0: no limit).

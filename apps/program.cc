@@ -149,6 +149,11 @@ void add_swarm_options(CLI::App* command, LocalSwarmOptions* o) {
   command->add_option("--eval-windows", o->eval_windows,
                       "Validation samples evaluated at the end (a GPT's: windows of --seq-len tokens)")
       ->capture_default_str();
+  command->add_option("--eval-every", o->eval_every,
+                      "Also validate after every this many steps, training paused meanwhile (\"validation\" "
+                      "records in metrics.jsonl); 0: only at the end")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--forward-timeout", o->forward_timeout_seconds, "Seconds before a forward hop is retried")
       ->capture_default_str();
   command->add_option("--backward-timeout", o->backward_timeout_seconds, "Seconds before a backward hop is retried")

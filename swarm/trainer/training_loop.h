@@ -151,6 +151,16 @@ class TrainingLoop {
     return summary();
   }
 
+  // Steps [first, last] of the same run, after an earlier run(): the sources go on
+  // where they stopped, so a run can pause between segments (to evaluate, say).
+  // The time limit counts from this call; 0: none.
+  Result<TrainingSummary> run_steps(int64_t first, int64_t last, double time_limit_seconds) {
+    options_.first_step = first;
+    options_.last_step = last;
+    options_.time_limit_seconds = time_limit_seconds;
+    return run();
+  }
+
   // From any thread while run() runs: start no more microbatches (the
   // in-flight ones end, and run() returns once they have).
   void request_stop() {

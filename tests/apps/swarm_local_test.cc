@@ -319,6 +319,68 @@ TEST_CASE("swarm local --gpt2-tokens trains on an llm.c token file with the 5025
   CHECK(missing.output.find("--gpt2-tokens needs --data") != std::string::npos);
 }
 
+TEST_CASE("--eval-every validates through the swarm between segments: the held-out loss falls, no sample is lost") {
+  const fs::path dir = temp_dir("eval-every");
+  Run run = run_swarm("--d-model 32 --layers 2 --heads 2 --seq-len 32 --microbatch 4 --microbatches-per-step 4 "
+                      "--eval-windows 8 --steps 30 --eval-every 10",
+                      dir);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const auto validations = of_kind(run, "validation");
+  REQUIRE(validations.size() == 2);  // after steps 10 and 20; the run's own validation ends it
+  CHECK(validations[0]["step"] == 10);
+  CHECK(validations[1]["step"] == 20);
+  CHECK(validations[0]["validation_windows"] == 8);
+  const double at_10 = validations[0]["validation_loss"].get<double>();
+  const double at_20 = validations[1]["validation_loss"].get<double>();
+  const auto steps = of_kind(run, "step");
+  REQUIRE(!steps.empty());
+  const double at_30 = steps.back()["validation_loss"].get<double>();
+  MESSAGE("validation loss at steps 10, 20, 30: " << at_10 << ", " << at_20 << ", " << at_30);
+  CHECK(at_20 < at_10);
+  CHECK(at_30 < at_10);
+  CHECK(run.output.find("validation at step 10: loss") != std::string::npos);
+  CHECK(steps.back()["microbatches_completed"] == 120);  // 30 steps x 4, every one across the pauses
+  CHECK(steps.back()["microbatches_abandoned"] == 0);
+  for (const auto& stage : of_kind(run, "stage_samples")) {
+    CHECK(stage["samples_accumulated_total"] == stage["samples_completed"]);
+  }
+}
+
+TEST_CASE("--emulated-device paces every stage by its FLOPs, and the swarm still accounts every sample") {
+  // Stage 0 of this model is 1 block of d_model 32 over 32 tokens: 24·32² + 4·32·32 = 28672
+  // FLOPs per token forward, 3 times that with the backward, so a microbatch of 4 x 32 tokens
+  // costs 1.1e7 FLOPs there: 0.22 s at 5e7 FLOP/s, where this CPU computes it in milliseconds.
+  // Two peers serve the stage one request at a time each, so 24 microbatches take >= 2.6 s.
+  const fs::path dir = temp_dir("emulated-device");
+  Run run = run_swarm("--d-model 32 --layers 2 --heads 2 --seq-len 32 --microbatch 4 --microbatches-per-step 4 "
+                      "--eval-windows 4 --steps 6 --in-flight 4 --emulated-device 5e7",
+                      dir);
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  const auto config = nlohmann::json::parse(read_all(dir / "config.json"));
+  CHECK(config["emulated_device_flops"] == 5e7);
+  CHECK(read_all(dir / "peers" / "s0p0.log").find("on an emulated device of 5e+07 FLOP/s") != std::string::npos);
+  const auto steps = of_kind(run, "step");
+  REQUIRE(steps.size() >= 2);
+  CHECK(steps.back()["microbatches_completed"] == 24);
+  CHECK(steps.back()["microbatches_abandoned"] == 0);
+  for (const auto& stage : of_kind(run, "stage_samples")) {
+    CHECK(stage["samples_accumulated_total"] == stage["samples_completed"]);
+  }
+  const double per_microbatch = 3 * 28672.0 * 128 / 5e7;
+  const double seconds = steps.back()["time"].get<double>() - steps.front()["time"].get<double>();
+  const double completed = steps.back()["microbatches_completed"].get<double>() -
+                           steps.front()["microbatches_completed"].get<double>();
+  MESSAGE(completed << " microbatches in " << seconds << " s; stage 0 needs at least "
+                    << completed * per_microbatch / 2 << " s");
+  CHECK(seconds >= 0.95 * completed * per_microbatch / 2);
+
+  const Run refused = run_swarm("--emulated-device -1", temp_dir("emulated-device-bad"));
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.output.find("--emulated-device must be a finite FLOP/s rate") != std::string::npos);
+}
+
 TEST_CASE("--resume of a directory without a run is a clear error") {
   const fs::path dir = temp_dir("not-a-run");
   fs::create_directories(dir);
