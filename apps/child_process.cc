@@ -52,8 +52,22 @@ Status ChildProcess::signal(int signal_number) const {
 bool ChildProcess::exited() {
   if (reaped_) return true;
   int status = 0;
-  if (::waitpid(pid_, &status, WNOHANG) == pid_) reaped_ = true;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+    reaped_ = true;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  }
   return reaped_;
+}
+
+int ChildProcess::wait_for_exit() {
+  if (reaped_) return exit_code_;
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) != pid_) {
+    if (errno != EINTR) return 128;
+  }
+  reaped_ = true;
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return exit_code_;
 }
 
 void ChildProcess::terminate(double grace_seconds) {

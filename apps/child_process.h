@@ -29,12 +29,15 @@ class ChildProcess {
   Status signal(int signal_number) const;
   // True once the process has exited (reaps it without blocking).
   bool exited();
+  // Blocks until it exits: its exit code, or 128 + the signal that ended it.
+  int wait_for_exit();
   // SIGTERM, then SIGKILL if it has not exited within `grace_seconds`.
   void terminate(double grace_seconds);
 
  private:
   pid_t pid_ = -1;
   bool reaped_ = false;
+  int exit_code_ = 128;  // until reaped, or when the code could not be read
 };
 
 }  // namespace swarm::apps

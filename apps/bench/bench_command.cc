@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include "apps/bench/square_cube.h"
+#include "apps/bench/time_to_target.h"
 
 namespace swarm::apps {
 namespace {
@@ -49,6 +50,50 @@ int run_square_cube_command(const SquareCubeOptions& o) {
   return 0;
 }
 
+void add_time_to_target_flags(CLI::App* c, TimeToTargetOptions* o) {
+  c->add_option("--out", o->out, "Directory for the runs, time_to_target.{md,json,svg}")->required();
+  c->add_option("--configurations", o->configurations,
+                "label|codec|boundary[|--flag=value ...], the first the baseline (default: the compression ablation's)")
+      ->delimiter(',');
+  c->add_option("--seeds", o->seeds, "Seeds of the training runs")->delimiter(',')->capture_default_str();
+  c->add_option("--modes", o->modes, "Hop modes timed: hub, p2p")->delimiter(',')->capture_default_str();
+  c->add_option("--stages", o->stages, "Pipeline stages")->capture_default_str();
+  c->add_option("--peers-per-stage", o->peers_per_stage, "Peers serving each stage")->capture_default_str();
+  c->add_option("--microbatch", o->microbatch, "Sequences per microbatch")->capture_default_str();
+  c->add_option("--microbatches-per-step", o->microbatches_per_step,
+                "Microbatches per step, all in flight; one global step per step")
+      ->capture_default_str();
+  c->add_option("--steps", o->steps, "Steps of each training run")->capture_default_str();
+  c->add_option("--eval-every", o->eval_every, "Steps between validations of the training runs")->capture_default_str();
+  c->add_option("--eval-windows", o->eval_windows, "Validation windows of each evaluation")->capture_default_str();
+  c->add_option("--target-at", o->target_at, "The target: the baseline's mean validation loss at this step")
+      ->capture_default_str();
+  c->add_option("--link", o->link, "Every process's link in the timed runs: RATE,LATENCY")->capture_default_str();
+  c->add_option("--flops", o->device_flops, "The timed runs' emulated device, FLOP/s")->capture_default_str();
+  c->add_option("--timed-steps", o->timed_steps, "Steps of each timed run")->capture_default_str();
+  c->add_option("--warmup-steps", o->warmup_steps, "Timed steps left out of the step time")->capture_default_str();
+  c->add_option("--local-flag", o->local_flags, "A flag for every `swarm local` (repeat; --d-model=64, say)");
+}
+
+int run_time_to_target_command(const TimeToTargetOptions& o) {
+  if (Status s = validate(o); !s.is_ok()) {
+    fmt::print(stderr, "swarm bench time-to-target: {}\n", s.message());
+    return 2;
+  }
+  auto print = [](const std::string& line) { fmt::print(stderr, "{}\n", line); };
+  Result<TimeToTargetResult> result = run_time_to_target(o, print);
+  if (!result.is_ok()) {
+    fmt::print(stderr, "swarm bench time-to-target: {}\n", result.status().to_string());
+    return 1;
+  }
+  if (Status s = write_time_to_target_report(o, *result); !s.is_ok()) {
+    fmt::print(stderr, "swarm bench time-to-target: {}\n", s.to_string());
+    return 1;
+  }
+  fmt::print("time-to-target: target {:.4f}; wrote {}/time_to_target.md, .json and .svg\n", result->target, o.out);
+  return 0;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, int* exit_code) {
@@ -59,6 +104,14 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       "square-cube", "One stage over an emulated WAN link: compute utilization against d_model and latency");
   add_square_cube_flags(square_cube, options.get());
   square_cube->callback([options, exit_code] { *exit_code = run_square_cube_command(*options); });
+  auto target_options = std::make_shared<TimeToTargetOptions>();
+  CLI::App* time_to_target = bench->add_subcommand(
+      "time-to-target", "Steps to a target validation loss x the step time on slow links, per compression "
+                        "configuration, in hub and peer-to-peer mode");
+  add_time_to_target_flags(time_to_target, target_options.get());
+  time_to_target->callback([target_options, exit_code] {
+    *exit_code = run_time_to_target_command(*target_options);
+  });
 }
 
 }  // namespace swarm::apps

@@ -1,5 +1,6 @@
 // bench_command: `swarm bench`, experiments that measure the system against a
-// model of it. Today one: `swarm bench square-cube --out DIR`.
+// model of it: `swarm bench square-cube --out DIR` and
+// `swarm bench time-to-target --out DIR`.
 //
 //   CLI::App app{"swarm"};
 //   int exit_code = 0;
