@@ -215,15 +215,18 @@ Result<TimeToTargetResult> run_time_to_target(const TimeToTargetOptions& o, cons
     }
     result.scores.push_back(std::move(score));
   }
-  const auto& baseline = result.scores.front().curves;
-  const std::optional<double> target = mean_loss_at(baseline, o.target_at);
-  if (!target) return not_found("the baseline's runs do not reach step {} (--target-at)", o.target_at);
-  result.target = *target;
+  for (const auto& curve : result.scores.front().curves) {
+    const std::optional<double> target = loss_at(curve, o.target_at);
+    if (!target) return not_found("a baseline run does not reach step {} (--target-at)", o.target_at);
+    result.targets.push_back(*target);
+    result.target += *target / static_cast<double>(o.seeds.size());
+  }
   for (auto& score : result.scores) {
     std::vector<double> reached;
     double final_sum = 0;
-    for (const auto& curve : score.curves) {
-      score.steps_by_seed.push_back(steps_to_target(curve, result.target));
+    for (size_t seed = 0; seed < score.curves.size(); ++seed) {
+      const auto& curve = score.curves[seed];
+      score.steps_by_seed.push_back(steps_to_target(curve, result.targets[seed]));
       if (score.steps_by_seed.back()) reached.push_back(*score.steps_by_seed.back());
       final_sum += curve.back().loss;
     }

@@ -7,9 +7,11 @@
 //
 // For each configuration of the compression ablation (codec, boundary layers) it
 // trains `swarm local` under every seed with validations along the way, then times
-// steps in hub and peer-to-peer mode. The target is the uncompressed baseline's
-// mean validation loss at --target-at steps, so a configuration that costs steps
-// shows the cost. Every run is a child `swarm local` in its own directory under
+// steps in hub and peer-to-peer mode. Under each seed the target is the
+// uncompressed baseline's validation loss at --target-at steps under that seed:
+// seeds fix the weights and the data order, and their losses differ by more than a
+// codec's penalty, so a target shared by all seeds would measure the seeds. A
+// configuration that costs steps shows the cost against the same seed. Every run is a child `swarm local` in its own directory under
 // --out; one whose directory is marked done is not run again, so an interrupted
 // benchmark continues where it stopped.
 //
@@ -56,7 +58,7 @@ struct TimeToTargetOptions {
   int steps = 150;
   int eval_every = 10;
   int eval_windows = 64;
-  double target_at = 100;  // the baseline's mean validation loss at this step is the target
+  double target_at = 100;  // the baseline's validation loss at this step (same seed) is the target
   // Timing (links on).
   std::string link = "200mbit,50ms";
   double device_flops = 25e12;  // --emulated-device: a T4-class GPU
@@ -85,7 +87,8 @@ struct ConfigurationScore {
 };
 
 struct TimeToTargetResult {
-  double target = 0;
+  std::vector<double> targets;  // by seed
+  double target = 0;            // their mean, for the report
   std::vector<ConfigurationScore> scores;
 };
 

@@ -53,10 +53,12 @@ std::string markdown(const TimeToTargetOptions& o, const TimeToTargetResult& r) 
   }();
   std::string md = fmt::format(
       "# Time to target\n\n"
-      "Target: validation loss {:.4f}, the mean of `{}` over seeds {} at step {:g}. Steps to it come from training "
-      "with the links off ({} stages x {} peers, {} x {} microbatches per step, {} steps, a validation every {}); "
-      "the step time is the median after {} warm-up steps of {} timed steps with every process behind "
-      "`--link {}` and peers at `--emulated-device {:g}`. Time to target = mean steps x step time.\n\n",
+      "Target: under each seed, `{1}`'s validation loss at step {3:g} under that seed ({0:.4f} on average over "
+      "seeds {2}), so every configuration is held against the baseline's own weights and data order. Steps to it "
+      "come from training with the links off ({4} stages x {5} peers, {6} x {7} microbatches per step, {8} steps, "
+      "a validation every {9}); the step time is the median after {10} warm-up steps of {11} timed steps with "
+      "every process behind `--link {12}` and peers at `--emulated-device {13:g}`. Time to target = mean steps x "
+      "step time.\n\n",
       r.target, base.configuration.label, fmt::join(o.seeds, ", "), o.target_at, o.stages, o.peers_per_stage,
       o.microbatches_per_step, o.microbatch, o.steps, o.eval_every, o.warmup_steps, o.timed_steps, o.link,
       o.device_flops);
@@ -116,7 +118,7 @@ nlohmann::json to_json(const TimeToTargetOptions& o, const TimeToTargetResult& r
                       {"steps_to_target_mean", s.steps ? nlohmann::json(s.steps->mean) : nlohmann::json()},
                       {"final_loss_mean", s.final_loss_mean}, {"curves", curves}, {"timed", timed}});
   }
-  return {{"target", r.target}, {"target_at", o.target_at}, {"seeds", o.seeds}, {"steps", o.steps},
+  return {{"target", r.target}, {"targets_by_seed", r.targets}, {"target_at", o.target_at}, {"seeds", o.seeds}, {"steps", o.steps},
           {"link", o.link}, {"device_flops", o.device_flops}, {"scores", scores}};
 }
 
@@ -138,7 +140,7 @@ std::string chart(const TimeToTargetOptions& o, const TimeToTargetResult& r) {
     }
     ++color;
   }
-  spec.series.push_back({.label = fmt::format("target {:.4f}", r.target), .points = {{0, r.target}, {longest, r.target}},
+  spec.series.push_back({.label = fmt::format("mean target {:.4f}", r.target), .points = {{0, r.target}, {longest, r.target}},
                          .dashed = true, .markers = false});
   return render_svg(spec, ChartExtras{.x_ticks = 8});
 }
