@@ -1,6 +1,7 @@
 #include "apps/bench/time_to_target.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -63,6 +64,7 @@ Status run_once(const std::vector<std::string>& args, const fs::path& dir, const
   fs::create_directories(dir.parent_path());
   const fs::path log = dir.string() + ".log";
   print(fmt::format("time-to-target: swarm {}", fmt::join(args, " ")));
+  const auto started = std::chrono::steady_clock::now();
   SWARM_ASSIGN_OR_RETURN(ChildProcess child, ChildProcess::spawn(args, log.string()));
   const int code = child.wait_for_exit();
   if (code != 0) {
@@ -70,6 +72,8 @@ Status run_once(const std::vector<std::string>& args, const fs::path& dir, const
                     tail_of(log, 8));
   }
   std::ofstream(dir / "done") << "";
+  print(fmt::format("time-to-target: {} done in {:.0f} s", dir.filename().string(),
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()));
   return Status::ok();
 }
 
@@ -85,6 +89,12 @@ Result<std::vector<nlohmann::json>> read_records(const fs::path& dir) {
 }
 
 bool is_final(const nlohmann::json& r) { return r.contains("validation_loss"); }
+
+// A number field of a record, or `otherwise` where it is missing or not a number.
+double number_or(const nlohmann::json& r, const char* key, double otherwise) {
+  const auto it = r.find(key);
+  return it != r.end() && it->is_number() ? it->get<double>() : otherwise;
+}
 
 // The validations along a training run, and its final one at its last step.
 Result<std::vector<LossPoint>> loss_curve(const fs::path& dir) {
@@ -110,7 +120,7 @@ Result<ConfigurationScore::Timed> timed_run(const TimeToTargetOptions& o, const 
   for (const auto& r : records) {
     if (r["kind"] != "step") continue;
     if (is_final(r)) final = &r;
-    else ends.push_back(r["time"].get<double>());
+    else if (const double t = number_or(r, "time", -1); t >= 0) ends.push_back(t);
   }
   timed.step_seconds = steady_step_seconds(ends, o.warmup_steps);
   std::ifstream config_in(dir / "config.json");
@@ -119,10 +129,11 @@ Result<ConfigurationScore::Timed> timed_run(const TimeToTargetOptions& o, const 
   if (timed.step_seconds && *timed.step_seconds > 0) {
     timed.tokens_per_second = o.microbatches_per_step * o.microbatch * seq / *timed.step_seconds;
   }
-  if (final != nullptr && final->contains("link_bytes")) {
-    const double microbatches = std::max(1.0, (*final)["microbatches_completed"].get<double>());
+  if (final != nullptr && final->contains("link_bytes") && (*final)["link_bytes"].is_object()) {
+    const double microbatches = std::max(1.0, number_or(*final, "microbatches_completed", 1));
     for (const auto& [name, link] : (*final)["link_bytes"].items()) {
-      const double up = link["up"].get<double>() / microbatches, down = link["down"].get<double>() / microbatches;
+      if (!link.is_object()) continue;
+      const double up = number_or(link, "up", 0) / microbatches, down = number_or(link, "down", 0) / microbatches;
       if (name == "trainers") {
         timed.trainer_up_bytes = up;
         timed.trainer_down_bytes = down;
