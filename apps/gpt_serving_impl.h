@@ -10,18 +10,28 @@
 
 namespace swarm::apps {
 
-template <Backend B>
-int serve_gpt_on(const PeerServing& serving, const gpt::GptConfig& model, ComputeBackend backend) {
-  using Stage = gpt::GptStage<B>;
+// Serves the stages `make(layout)` builds for each layout of the model's split.
+template <typename Stage, typename Make>
+int serve_gpt_layouts(const PeerServing& serving, const gpt::GptConfig& model, Make make,
+                      const std::string& compute) {
   auto layouts = gpt::partition_layers(model, serving.options.num_stages);
   if (!layouts.is_ok()) {
     fmt::print(stderr, "swarm peer: {}\n", layouts.status().to_string());
     return 1;
   }
-  StageFactory<Stage> make_stage = [model, layouts = *layouts, seed = serving.options.seed](int index) {
-    return Stage::create(model, layouts[index], seed);
+  StageFactory<Stage> make_stage = [layouts = *layouts, make = std::move(make)](int index) -> Result<Stage> {
+    return make(layouts.at(static_cast<size_t>(index)));
   };
-  return serve_peer_with<Stage>(serving, std::move(make_stage), describe(backend));
+  return serve_peer_with<Stage>(serving, std::move(make_stage), compute);
+}
+
+template <Backend B>
+int serve_gpt_on(const PeerServing& serving, const gpt::GptConfig& model, ComputeBackend backend) {
+  using Stage = gpt::GptStage<B>;
+  auto make = [model, seed = serving.options.seed](const gpt::StageLayout& layout) {
+    return Stage::create(model, layout, seed);
+  };
+  return serve_gpt_layouts<Stage>(serving, model, std::move(make), describe(backend));
 }
 
 }  // namespace swarm::apps

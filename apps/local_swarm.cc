@@ -1041,9 +1041,9 @@ Result<TrainingSummary> train_in_segments(SwarmLoop& loop, const LocalSwarmOptio
 
 // A validation between segments: a "validation" record and a line.
 void evaluate_at(int64_t step, SwarmTrainer& trainer, const ModelData& data, size_t metrics_count,
-                 MetricsWriter& metrics, const LineSink& print) {
+                 std::optional<Clock::time_point> deadline, MetricsWriter& metrics, const LineSink& print) {
   const auto started = Clock::now();
-  const ValidationResult validation = validate_until(trainer, data.validation, std::nullopt, metrics_count);
+  const ValidationResult validation = validate_until(trainer, data.validation, deadline, metrics_count);
   const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
   metrics.write({{"kind", "validation"},
                  {"step", step},
@@ -1085,7 +1085,7 @@ Result<LocalSwarmReport> train_and_validate(SwarmRun& run, const LineSink& print
   }
   ChaosRunner chaos(std::move(run.chaos), run.fleet, &run.registry, o.stages, &run.metrics, print);
   Result<TrainingSummary> summary = train_in_segments(loop, o, run.start_step, [&](int64_t step) {
-    evaluate_at(step, *trainers[0], run.data, metric_names.size(), run.metrics, print);
+    evaluate_at(step, *trainers[0], run.data, metric_names.size(), deadline, run.metrics, print);
   });
   chaos.end_plan();  // the peers it restarted live on: the final records and ledgers ask them too
   print("", true);  // the live status ends: what follows are the run's final lines
