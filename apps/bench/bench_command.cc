@@ -94,6 +94,33 @@ int run_time_to_target_command(const TimeToTargetOptions& o) {
   return 0;
 }
 
+struct SimulateRunsOptions {
+  std::vector<std::string> run_dirs;
+  int warmup_steps = 3;
+};
+
+// Each finished `swarm local` run's steady step beside the simulator's on its config.json.
+int run_simulate_runs_command(const SimulateRunsOptions& o) {
+  if (o.warmup_steps < 0) {
+    fmt::print(stderr, "swarm bench simulate-runs: --warmup-steps must be >= 0\n");
+    return 2;
+  }
+  int failures = 0;
+  fmt::print("| run | mode | real step s | simulated step s (range over seeds) | simulated / real |\n|---|---|---|---|---|\n");
+  for (const std::string& dir : o.run_dirs) {
+    Result<ConfigurationScore::Timed> t = measure_timed_run(dir, o.warmup_steps);
+    if (!t.is_ok() || !t->step_seconds || !t->sim_step_seconds) {
+      const std::string why = !t.is_ok() ? t.status().message() : !t->step_seconds ? "too few steps" : t->sim_error;
+      fmt::print(stderr, "swarm bench simulate-runs: {}: {}\n", dir, why);
+      ++failures;
+      continue;
+    }
+    fmt::print("| {} | {} | {:.3f} | {:.3f} ({:.3f}-{:.3f}) | {:.2f} |\n", dir, t->mode, *t->step_seconds,
+               *t->sim_step_seconds, t->sim_step_min, t->sim_step_max, *t->sim_step_seconds / *t->step_seconds);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& app, int* exit_code) {
@@ -112,6 +139,13 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   time_to_target->callback([target_options, exit_code] {
     *exit_code = run_time_to_target_command(*target_options);
   });
+  auto simulate_options = std::make_shared<SimulateRunsOptions>();
+  CLI::App* simulate_runs = bench->add_subcommand(
+      "simulate-runs", "Each finished `swarm local` run (with --emulated-device) beside the simulator's model of it");
+  simulate_runs->add_option("run_dirs", simulate_options->run_dirs, "The runs' --run-dir directories")->required();
+  simulate_runs->add_option("--warmup-steps", simulate_options->warmup_steps, "Steps left out of the real step time")
+      ->capture_default_str();
+  simulate_runs->callback([simulate_options, exit_code] { *exit_code = run_simulate_runs_command(*simulate_options); });
 }
 
 }  // namespace swarm::apps

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "apps/bench/time_to_target_sim.h"
 #include "apps/child_process.h"
 
 namespace swarm::apps {
@@ -110,11 +111,16 @@ Result<std::vector<LossPoint>> loss_curve(const fs::path& dir) {
   return curve;
 }
 
-Result<ConfigurationScore::Timed> timed_run(const TimeToTargetOptions& o, const std::string& mode,
-                                            const fs::path& dir) {
+}  // namespace
+
+Result<ConfigurationScore::Timed> measure_timed_run(const std::string& run_dir, int warmup_steps) {
+  const fs::path dir(run_dir);
   SWARM_ASSIGN_OR_RETURN(auto records, read_records(dir));
+  std::ifstream config_in(dir / "config.json");
+  const auto config = nlohmann::json::parse(config_in, nullptr, false);
+  if (!config.is_object()) return invalid_argument("{} has no readable config.json", dir.string());
   ConfigurationScore::Timed timed;
-  timed.mode = mode;
+  timed.mode = config.value("hops", std::string("hub"));
   std::vector<double> ends;
   const nlohmann::json* final = nullptr;
   for (const auto& r : records) {
@@ -122,13 +128,10 @@ Result<ConfigurationScore::Timed> timed_run(const TimeToTargetOptions& o, const 
     if (is_final(r)) final = &r;
     else if (const double t = number_or(r, "time", -1); t >= 0) ends.push_back(t);
   }
-  timed.step_seconds = steady_step_seconds(ends, o.warmup_steps);
-  std::ifstream config_in(dir / "config.json");
-  const auto config = nlohmann::json::parse(config_in, nullptr, false);
-  const double seq = config.is_object() ? config["model"].value("max_seq_len", 0.0) : 0.0;
-  if (timed.step_seconds && *timed.step_seconds > 0) {
-    timed.tokens_per_second = o.microbatches_per_step * o.microbatch * seq / *timed.step_seconds;
-  }
+  timed.step_seconds = steady_step_seconds(ends, warmup_steps);
+  const double seq = config.contains("model") && config["model"].is_object() ? number_or(config["model"], "max_seq_len", 0) : 0;
+  const double samples_per_step = number_or(config, "microbatches_per_step", 0) * number_or(config, "microbatch", 0);
+  if (timed.step_seconds && *timed.step_seconds > 0) timed.tokens_per_second = samples_per_step * seq / *timed.step_seconds;
   if (final != nullptr && final->contains("link_bytes") && (*final)["link_bytes"].is_object()) {
     const double microbatches = std::max(1.0, number_or(*final, "microbatches_completed", 1));
     for (const auto& [name, link] : (*final)["link_bytes"].items()) {
@@ -143,10 +146,18 @@ Result<ConfigurationScore::Timed> timed_run(const TimeToTargetOptions& o, const 
       }
     }
   }
+  // The simulator on the same run; a run it cannot stand for keeps the reason, not the benchmark's failure.
+  if (auto simulated = simulated_step(config); simulated.is_ok()) {
+    timed.sim_step_seconds = simulated->step_seconds;
+    timed.sim_step_min = simulated->step_min;
+    timed.sim_step_max = simulated->step_max;
+    timed.sim_trainer_up_bytes = simulated->trainer_up_bytes;
+    timed.sim_trainer_down_bytes = simulated->trainer_down_bytes;
+  } else {
+    timed.sim_error = simulated.status().message();
+  }
   return timed;
 }
-
-}  // namespace
 
 Result<TrainingConfiguration> parse_configuration(const std::string& text) {
   const std::vector<std::string> parts = split(text, '|');
@@ -221,7 +232,7 @@ Result<TimeToTargetResult> run_time_to_target(const TimeToTargetOptions& o, cons
       args.insert(args.end(), {"--steps", std::to_string(o.timed_steps), "--eval-windows", "8", "--hops", mode,
                                "--link", o.link, "--emulated-device", fmt::format("{:g}", o.device_flops)});
       SWARM_RETURN_IF_ERROR(run_once(args, dir, print));
-      SWARM_ASSIGN_OR_RETURN(ConfigurationScore::Timed timed, timed_run(o, mode, dir));
+      SWARM_ASSIGN_OR_RETURN(ConfigurationScore::Timed timed, measure_timed_run(dir.string(), o.warmup_steps));
       score.timed.push_back(timed);
     }
     result.scores.push_back(std::move(score));

@@ -82,6 +82,12 @@ struct ConfigurationScore {
     double trainer_up_bytes = 0, trainer_down_bytes = 0;  // per completed microbatch
     double peer_up_bytes = 0, peer_down_bytes = 0;        // the busiest peer's link, per microbatch
     double tokens_per_second = 0;                         // the timed run's steady rate
+    // The simulator's steady step and trainer bytes per microbatch on the same run
+    // (time_to_target_sim.h), or why it has none.
+    std::optional<double> sim_step_seconds;  // mean over the simulator's seeds
+    double sim_step_min = 0, sim_step_max = 0;
+    double sim_trainer_up_bytes = 0, sim_trainer_down_bytes = 0;
+    std::string sim_error;
   };
   std::vector<Timed> timed;  // by mode
 };
@@ -93,6 +99,10 @@ struct TimeToTargetResult {
 };
 
 using BenchSink = std::function<void(const std::string&)>;
+
+// One timed run's steady step (the median after `warmup_steps`), its links' bytes and
+// the simulator's step on its config.json. Also `swarm bench simulate-runs`.
+Result<ConfigurationScore::Timed> measure_timed_run(const std::string& run_dir, int warmup_steps);
 
 Result<TimeToTargetResult> run_time_to_target(const TimeToTargetOptions& o, const BenchSink& print);
 

@@ -43,6 +43,31 @@ std::vector<LossPoint> mean_curve(const ConfigurationScore& s) {
   return mean;
 }
 
+// The simulator's step on each timed run's own config.json, held against the real step.
+std::string simulator_markdown(const TimeToTargetResult& r) {
+  std::string md =
+      "\n## The simulator against the timed runs\n\n`swarm sim`'s model of each timed run (its swarm, links, hops, "
+      "codecs, emulated device and waits; apps/bench/time_to_target_sim.h) and its steady step, scored the same way: "
+      "the configuration's mean steps to target x the step.\n\n"
+      "| configuration | mode | real step s | simulated step s (range over 5 seeds) | simulated / real | simulated time to target s | "
+      "trainer's link up / down, simulated |\n|---|---|---|---|---|---|---|\n";
+  for (const auto& s : r.scores) {
+    for (const auto& t : s.timed) {
+      if (!t.sim_step_seconds) {
+        md += fmt::format("| {} | {} | {} | - ({}) | - | - | - |\n", s.configuration.label, t.mode,
+                          optional_cell(t.step_seconds, "{:.3f}"), t.sim_error);
+        continue;
+      }
+      const std::string ratio = t.step_seconds ? fmt::format("{:.2f}", *t.sim_step_seconds / *t.step_seconds) : "-";
+      const std::string seconds = s.steps ? fmt::format("{:.1f}", s.steps->mean * *t.sim_step_seconds) : "-";
+      md += fmt::format("| {} | {} | {} | {:.3f} ({:.3f}-{:.3f}) | {} | {} | {:.0f} / {:.0f} |\n", s.configuration.label,
+                        t.mode, optional_cell(t.step_seconds, "{:.3f}"), *t.sim_step_seconds, t.sim_step_min,
+                        t.sim_step_max, ratio, seconds, t.sim_trainer_up_bytes, t.sim_trainer_down_bytes);
+    }
+  }
+  return md;
+}
+
 std::string markdown(const TimeToTargetOptions& o, const TimeToTargetResult& r) {
   const ConfigurationScore& base = r.scores.front();
   const std::optional<double> base_hub = [&]() -> std::optional<double> {
@@ -90,7 +115,7 @@ std::string markdown(const TimeToTargetOptions& o, const TimeToTargetResult& r) 
                         t.tokens_per_second, ratio);
     }
   }
-  return md + "\n![validation loss against emulated time](time_to_target.svg)\n";
+  return md + simulator_markdown(r) + "\n![validation loss against emulated time](time_to_target.svg)\n";
 }
 
 nlohmann::json to_json(const TimeToTargetOptions& o, const TimeToTargetResult& r) {
@@ -110,7 +135,11 @@ nlohmann::json to_json(const TimeToTargetOptions& o, const TimeToTargetResult& r
                                                                      : nlohmann::json()},
                        {"tokens_per_second", t.tokens_per_second},
                        {"trainer_link_bytes_per_microbatch", {{"up", t.trainer_up_bytes}, {"down", t.trainer_down_bytes}}},
-                       {"busiest_peer_link_bytes_per_microbatch", {{"up", t.peer_up_bytes}, {"down", t.peer_down_bytes}}}});
+                       {"busiest_peer_link_bytes_per_microbatch", {{"up", t.peer_up_bytes}, {"down", t.peer_down_bytes}}},
+                       {"simulated_step_seconds", t.sim_step_seconds ? nlohmann::json(*t.sim_step_seconds) : nlohmann::json()},
+                       {"simulated_trainer_link_bytes_per_microbatch",
+                        {{"up", t.sim_trainer_up_bytes}, {"down", t.sim_trainer_down_bytes}}},
+                       {"simulator_error", t.sim_error}});
     }
     scores.push_back({{"label", s.configuration.label}, {"codec", s.configuration.codec},
                       {"boundary", s.configuration.boundary}, {"flags", s.configuration.flags},

@@ -73,11 +73,21 @@ void add_link_flags(CLI::App* c, SimFlags* f) {
   c->add_option("--d-model", s.d_model, "Hidden width")->capture_default_str();
   c->add_option("--activation-bytes", s.activation_bytes,
                 "Bytes per hidden tensor (0: 8-bit codec of microbatch x seq-len x d-model)")->capture_default_str();
+  c->add_option("--activation-gradient-bytes", s.activation_gradient_bytes,
+                "Bytes per gradient of a hidden tensor (0: --activation-bytes)")->capture_default_str();
   c->add_option("--stage-params", s.stage_params, "Parameters per stage")->capture_default_str();
   c->add_option("--state-bytes", s.state_bytes, "State a joining or moving peer downloads (0: 12 x stage-params)")
       ->capture_default_str();
   c->add_option("--gradient-bytes", s.gradient_bytes, "Gradient bytes all-reduced per step (0: stage-params)")
       ->capture_default_str();
+  c->add_option("--token-bytes", s.token_bytes, "Bytes of a microbatch's tokens, and again of its targets "
+                "(0: 4 x microbatch x seq-len)")->capture_default_str();
+  c->add_option("--loss-bytes", s.loss_bytes, "Stage 0's answer to its trainer in p2p mode")->capture_default_str();
+  c->add_option("--hops", f->hops, "hub (the trainer sends every hop) or p2p (peers send each other the activations)")
+      ->capture_default_str();
+  c->add_option("--trainer-bandwidth-mbps", s.trainer_bandwidth_mbps, "Each trainer's link (0: unlimited)")
+      ->capture_default_str();
+  c->add_option("--trainer-latency-ms", s.trainer_latency_ms, "Each trainer's one-way latency")->capture_default_str();
 }
 
 void add_trainer_flags(CLI::App* c, SimFlags* f) {
@@ -91,6 +101,12 @@ void add_trainer_flags(CLI::App* c, SimFlags* f) {
   c->add_option("--announce-ttl", s.announce_ttl, "Seconds a record lives")->capture_default_str();
   c->add_option("--refresh-period", s.refresh_period, "Seconds between router refreshes")->capture_default_str();
   c->add_option("--global-batch", f->global_batch, "Samples per global step")->capture_default_str();
+  c->add_option("--rounds", f->rounds, "When a stage's round starts: records (progress records, each announce period) "
+                "or joins (the round protocol's JOIN and BEGIN, each a link crossing)")->capture_default_str();
+  c->add_option("--forward-hold", s.forward_hold, "Seconds a forward waits for a round to take gradients pending "
+                "at its peer (as swarm local's --forward-hold)")->capture_default_str();
+  c->add_option("--round-wait", s.round_wait, "Seconds work arriving during a round waits for its step "
+                "(as swarm local's --round-wait; 0: none)")->capture_default_str();
 }
 
 void add_churn_flags(CLI::App* c, SimFlags* f) {
@@ -143,6 +159,8 @@ Result<sim::Scenario> scenario_from(const SimFlags& f) {
   SWARM_ASSIGN_OR_RETURN(s.router, sim::parse_router(f.router));
   SWARM_ASSIGN_OR_RETURN(s.announce_throughput, sim::parse_throughput_report(f.announce_throughput));
   SWARM_ASSIGN_OR_RETURN(s.schedule, sim::parse_schedule(f.schedule));
+  SWARM_ASSIGN_OR_RETURN(s.hops, sim::parse_hop_mode(f.hops));
+  SWARM_ASSIGN_OR_RETURN(s.rounds, sim::parse_round_trigger(f.rounds));
   s.rebalance = !f.no_rebalance;
   s.global_batch.target_samples = f.global_batch;
   return s.resolved();

@@ -30,6 +30,8 @@ struct SimFlags {
   std::string router = "stochastic";
   std::string announce_throughput = "stage";
   std::string schedule;
+  std::string hops = "hub";
+  std::string rounds = "records";
   bool no_rebalance = false;
   int64_t global_batch = 4096;
   std::string out;

@@ -2,9 +2,10 @@
 # Time to target as a benchmark target:
 #   ./bazelw test --test_tag_filters=benchmark --test_output=all //bench/time_to_target:time_to_target_bench
 # Runs `swarm bench time-to-target` into the test's undeclared outputs
-# (bazel-testlogs/.../test.outputs), prints its tables and three ratios measured in
+# (bazel-testlogs/.../test.outputs), prints its tables and four ratios measured in
 # the same run: the best time to target against uncompressed hub mode, its steps
-# penalty, and peer-to-peer tokens/s against hub with the same codec.
+# penalty, peer-to-peer tokens/s against hub with the same codec, and the simulator's
+# step against each timed run's.
 set -euo pipefail
 swarm="${1:?usage: time_to_target_bench.sh SWARM_BINARY [swarm bench time-to-target flags]}"
 shift
@@ -31,4 +32,15 @@ for s in scores:
     rate = {t["mode"]: t["tokens_per_second"] for t in s["timed"]}
     if rate.get("hub") and rate.get("p2p"):
         print(f"{s['label']}: p2p/hub tokens/s {rate['p2p'] / rate['hub']:.2f}x ({rate['p2p']:.0f} against {rate['hub']:.0f})")
+PY
+python3 - "$out/time_to_target.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+ratios = [(s["label"], t["mode"], t["simulated_step_seconds"] / t["step_seconds"])
+          for s in report["scores"] for t in s["timed"]
+          if t.get("simulated_step_seconds") and t.get("step_seconds")]
+if ratios:
+    label, mode, worst = max(ratios, key=lambda r: abs(r[2] - 1))
+    within = sum(abs(r[2] - 1) <= 0.15 for r in ratios)
+    print(f"simulator/real step: {within} of {len(ratios)} timed runs within 15%; worst {label} {mode} {worst:.2f}")
 PY

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "swarm/averaging/round_protocol.h"
 #include "swarm/sim/swarm_model.h"
 
 namespace swarm::sim::detail {
@@ -55,8 +56,8 @@ void Simulation::start_round(int st) {
     stage.round_members.push_back(index);
     stage.round_samples += p.accumulated;
     p.accumulated = 0;
-    slowest_link = std::min(slowest_link, p.bytes_per_second);
-    worst_latency = std::max(worst_latency, p.latency);
+    slowest_link = std::min(slowest_link, p.link.bytes_per_second);
+    worst_latency = std::max(worst_latency, p.link.latency);
   }
   if (stage.round_members.empty()) return;
   const size_t group = stage.round_members.size();
@@ -64,6 +65,8 @@ void Simulation::start_round(int st) {
                                    : 2.0 * static_cast<double>(s_.gradient_bytes) / slowest_link +
                                          worst_latency * std::ceil(std::log2(static_cast<double>(group)));
   stage.averaging = true;
+  stage.round_ends_at = now_ + seconds;
+  for (int index : stage.round_members) peers_[index].in_round = true;
   push(now_ + seconds, Event{EventKind::round_done, st, 0, 0, ++stage.round});
 }
 
@@ -72,16 +75,30 @@ void Simulation::on_round_done(const Event& e) {
   StageState& stage = stages_[e.a];
   if (e.token != stage.round) return;
   stage.averaging = false;
+  for (int index : stage.round_members) {
+    peers_[index].in_round = false;
+    wake_held(index);  // work that waited for this step goes on
+  }
   bool survivor = false;
   for (int index : stage.round_members) survivor |= serves(peers_[index]) && peers_[index].stage == e.a;
   if (!survivor) {
     summary_.lost_samples += stage.round_samples;
     return;
   }
-  ++stage.step;
+  // A joined round counts the global batches its members took, as the round
+  // protocol's COMMIT does (steps_for_samples); a records round is one step.
+  stage.step += s_.rounds == RoundTrigger::joins ? steps_for_samples(stage.round_samples, s_.global_batch.target_samples,
+                                                                      &stage.step_credit)
+                                                 : 1;
   summary_.stepped_samples += stage.round_samples;
   for (Peer& p : peers_) {
     if (serves(p) && p.stage == e.a) p.step = stage.step;
+  }
+  if (s_.rounds == RoundTrigger::joins) {
+    // Samples that came in during the round may already make the next batch.
+    for (int index : stage.round_members) {
+      if (serves(peers_[index]) && peers_[index].stage == e.a) return check_joined_batch(e.a, index);
+    }
   }
 }
 

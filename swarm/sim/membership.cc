@@ -88,6 +88,8 @@ void Simulation::kill(int peer, const char* reason) {
   ++p.life;
   p.queue.clear();
   p.current.reset();
+  p.waiting = false;
+  p.in_round = false;
   mark_alive(peer, false);
   bounds_dirty_ = true;
 }
@@ -109,7 +111,7 @@ void Simulation::enter_swarm(int peer, const char* reason) {
 }
 
 double Simulation::download_seconds(const Peer& p) const {
-  return static_cast<double>(s_.state_bytes) / p.bytes_per_second + p.latency;
+  return static_cast<double>(s_.state_bytes) / p.link.bytes_per_second + p.link.latency;
 }
 
 void Simulation::schedule_check(int peer) {

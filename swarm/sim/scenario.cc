@@ -121,11 +121,22 @@ Status validate_model(const Scenario& s) {
   if (s.seq_len < 1 || s.seq_len > kMaxDimension) return invalid_argument("--seq-len must be in [1, {}], got {}", kMaxDimension, s.seq_len);
   if (s.d_model < 1 || s.d_model > kMaxDimension) return invalid_argument("--d-model must be in [1, {}], got {}", kMaxDimension, s.d_model);
   if (s.activation_bytes < 0) return invalid_argument("--activation-bytes must be >= 0, got {}", s.activation_bytes);
+  if (s.activation_gradient_bytes < 0) {
+    return invalid_argument("--activation-gradient-bytes must be >= 0, got {}", s.activation_gradient_bytes);
+  }
   if (s.stage_params < 1 || s.stage_params > kMaxParams) {
     return invalid_argument("--stage-params must be in [1, {}], got {}", kMaxParams, s.stage_params);
   }
   if (s.state_bytes < 0) return invalid_argument("--state-bytes must be >= 0, got {}", s.state_bytes);
   if (s.gradient_bytes < 0) return invalid_argument("--gradient-bytes must be >= 0, got {}", s.gradient_bytes);
+  if (s.token_bytes < 0) return invalid_argument("--token-bytes must be >= 0, got {}", s.token_bytes);
+  if (s.loss_bytes < 0) return invalid_argument("--loss-bytes must be >= 0, got {}", s.loss_bytes);
+  if (!non_negative(s.trainer_bandwidth_mbps)) {
+    return invalid_argument("--trainer-bandwidth-mbps must be >= 0 (0: unlimited), got {}", s.trainer_bandwidth_mbps);
+  }
+  if (!non_negative(s.trainer_latency_ms)) return invalid_argument("--trainer-latency-ms must be >= 0, got {}", s.trainer_latency_ms);
+  if (!non_negative(s.forward_hold)) return invalid_argument("--forward-hold must be >= 0 s, got {}", s.forward_hold);
+  if (!non_negative(s.round_wait)) return invalid_argument("--round-wait must be >= 0 s, got {}", s.round_wait);
   return Status::ok();
 }
 
@@ -174,6 +185,22 @@ const char* router_name(RouterKind kind) {
   return "?";
 }
 
+Result<HopMode> parse_hop_mode(const std::string& name) {
+  if (name == "hub") return HopMode::hub;
+  if (name == "p2p") return HopMode::peer_to_peer;
+  return invalid_argument("unknown --hops '{}': expected hub or p2p", name);
+}
+
+const char* hop_mode_name(HopMode mode) { return mode == HopMode::hub ? "hub" : "p2p"; }
+
+Result<RoundTrigger> parse_round_trigger(const std::string& name) {
+  if (name == "records") return RoundTrigger::records;
+  if (name == "joins") return RoundTrigger::joins;
+  return invalid_argument("unknown --rounds '{}': expected records or joins", name);
+}
+
+const char* round_trigger_name(RoundTrigger trigger) { return trigger == RoundTrigger::records ? "records" : "joins"; }
+
 Result<std::vector<ScheduledEvent>> parse_schedule(const std::string& text) {
   std::vector<ScheduledEvent> events;
   if (text.empty()) return events;
@@ -206,8 +233,10 @@ Result<Scenario> Scenario::resolved() const {
     const int64_t values = r.microbatch * r.seq_len * r.d_model;
     r.activation_bytes = values + 4 * ((values + 4095) / 4096);
   }
+  if (r.activation_gradient_bytes == 0) r.activation_gradient_bytes = r.activation_bytes;
   if (r.state_bytes == 0) r.state_bytes = 12 * r.stage_params;  // fp32 weights and two optimizer moments
   if (r.gradient_bytes == 0) r.gradient_bytes = r.stage_params;  // 8-bit all-reduce parts
+  if (r.token_bytes == 0) r.token_bytes = 4 * r.microbatch * r.seq_len;  // int32 token ids
   SWARM_RETURN_IF_ERROR(r.validate());
   return r;
 }

@@ -23,6 +23,23 @@ namespace swarm::sim {
 
 enum class RouterKind { stochastic, round_robin, random, least_loaded };
 
+// Who carries a microbatch between stages. hub: the trainer sends every hop and gets
+// every reply, so each stage's traffic crosses its link. peer_to_peer: the trainer
+// sends tokens to stage 0, each peer sends its output to a peer of the next stage and
+// the gradient comes back along the same path (docs/SIMULATOR.md "Hops").
+enum class HopMode { hub, peer_to_peer };
+
+// When a stage's round starts. records: once the published progress records add up to
+// the global batch, checked every announce period (decide_global_batch). joins: as the
+// round protocol does (swarm/averaging/round_protocol.h): members JOIN the leader as
+// their samples change and it BEGINs once the batch is in, each a link crossing.
+enum class RoundTrigger { records, joins };
+
+Result<HopMode> parse_hop_mode(const std::string& name);
+const char* hop_mode_name(HopMode mode);
+Result<RoundTrigger> parse_round_trigger(const std::string& name);
+const char* round_trigger_name(RoundTrigger trigger);
+
 // What a peer announces as its throughput. runtime: StageService's measure, forward
 // units per second with every backward request counted as backward_cost (so the last
 // stage's fused request counts as one backward). stage: samples of its own stage's work
@@ -75,9 +92,19 @@ struct Scenario {
   int64_t seq_len = 128;
   int64_t d_model = 1024;
   int64_t activation_bytes = 0;   // per hidden tensor; 0: auto, 8-bit codec of microbatch x seq x d_model
+  int64_t activation_gradient_bytes = 0;  // per gradient of one; 0: auto, activation_bytes
   int64_t stage_params = 50'000'000;
   int64_t state_bytes = 0;        // downloaded by a joining or moving peer; 0: auto, 12 x stage_params
   int64_t gradient_bytes = 0;     // all-reduced per step; 0: auto, 1 x stage_params (8-bit)
+  int64_t token_bytes = 0;        // a microbatch's tokens, and again its targets; 0: auto, 4 x microbatch x seq_len
+  int64_t loss_bytes = 64;        // stage 0's answer to its trainer in peer-to-peer mode: loss and receipt
+
+  // Hops, and the trainers' own links: 0 bandwidth is an unlimited link. A message waits
+  // for its sender's link, then its receiver's, then the larger latency, as
+  // `swarm local --link` emulates it.
+  HopMode hops = HopMode::hub;
+  double trainer_bandwidth_mbps = 0;
+  double trainer_latency_ms = 0;
 
   // Trainers.
   RouterKind router = RouterKind::stochastic;
@@ -104,6 +131,13 @@ struct Scenario {
                                               .min_gain = 0.001,
                                               .confirmations = 2};
   GlobalBatchConfig global_batch{.target_samples = 4096};
+  RoundTrigger rounds = RoundTrigger::records;
+  // A forward that finds gradients waiting here for a round waits this long at most
+  // for a round to take them (PeerConfig::forward_waits_for_pending_seconds).
+  double forward_hold = 0;
+  // Work that reaches a peer of a stage in a round waits this long at most for the
+  // round's step (PeerConfig::compute_waits_for_round_seconds); 0: it never waits.
+  double round_wait = 0;
 
   Status validate() const;
   // A copy with every "0: auto" filled in, validated.

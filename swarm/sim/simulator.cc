@@ -33,6 +33,7 @@ Simulation::Simulation(const Scenario& resolved, std::ostream& out, const Progre
       compute_rng_(seed_for(resolved.seed, 6)),
       rebalance_seed_(seed_for(resolved.seed, 4)),
       stages_(static_cast<size_t>(resolved.stages)) {
+  summary_.stage_samples.assign(static_cast<size_t>(resolved.stages), 0);
   windows_expected_ = static_cast<int64_t>(std::ceil(s_.seconds / s_.sample_every - 1e-9));
   tenth_ = std::max<int64_t>(1, windows_expected_ / 10);
 }
@@ -44,8 +45,8 @@ int Simulation::add_peer(int stage, PeerState state) {
   p.throughput = s_.throughput.sample(hardware_rng_);
   // A lognormal draw can underflow to 0; a peer that never finishes a task is no peer.
   p.throughput = std::max(p.throughput, 1e-9);
-  p.latency = s_.latency_ms.sample(hardware_rng_) / 1000.0;
-  p.bytes_per_second = std::max(s_.bandwidth_mbps.sample(hardware_rng_), 1e-9) * 1e6 / 8;
+  p.link.latency = s_.latency_ms.sample(hardware_rng_) / 1000.0;
+  p.link.bytes_per_second = std::max(s_.bandwidth_mbps.sample(hardware_rng_), 1e-9) * 1e6 / 8;
   p.state = state;
   p.stage = stage;
   p.announce_phase = s_.announce_period * phase_rng_.next_unit();
@@ -73,6 +74,10 @@ void Simulation::create_initial_peers() {
 
 void Simulation::create_trainers() {
   routers_.resize(static_cast<size_t>(s_.trainers));
+  Link trainer_link;
+  if (s_.trainer_bandwidth_mbps > 0) trainer_link.bytes_per_second = s_.trainer_bandwidth_mbps * 1e6 / 8;
+  trainer_link.latency = s_.trainer_latency_ms / 1000.0;
+  trainer_links_.assign(static_cast<size_t>(s_.trainers), trainer_link);
   for (auto& per_stage : routers_) {
     for (int st = 0; st < s_.stages; ++st) per_stage.emplace_back(s_.router, router_seed_rng_.next(), s_.backward_cost);
   }
@@ -129,6 +134,9 @@ void Simulation::dispatch(const Event& e) {
     case EventKind::rebalance_check: return on_rebalance_check(e);
     case EventKind::download_done: return on_download_done(e);
     case EventKind::round_done: return on_round_done(e);
+    case EventKind::round_begins: return on_round_begins(e);
+    case EventKind::parts_reduced: return on_parts_reduced(e);
+    case EventKind::resume_serving: return on_resume_serving(e);
     case EventKind::departure: return on_departure();
     case EventKind::join: return on_join();
     case EventKind::preemption: return on_preemption();
@@ -222,7 +230,7 @@ void Simulation::on_tick() {
   rebuild_loads_view();
   retry_waiting();
   publish_progress();
-  check_global_batches();
+  if (s_.rounds == RoundTrigger::records) check_global_batches();
   const double next = static_cast<double>(++tick_index_) * s_.announce_period;
   if (next <= s_.seconds) push(next, Event{EventKind::tick});
 }
@@ -292,6 +300,13 @@ Summary Simulation::summarize() {
       {"expired_dropped", r.expired_dropped},
       {"lost_samples", r.lost_samples},
       {"stepped_samples", r.stepped_samples},
+      {"hops", hop_mode_name(s_.hops)},
+      {"rounds", round_trigger_name(s_.rounds)},
+      {"stage_samples", r.stage_samples},
+      {"path_restarts", r.path_restarts},
+      {"duplicates_refused", r.duplicates_refused},
+      {"trainer_up_bytes", fixed(r.trainer_up_bytes)},
+      {"trainer_down_bytes", fixed(r.trainer_down_bytes)},
       {"global_steps", r.global_steps},
       {"peers_per_stage", r.peers_per_stage},
       {"events", r.events}};

@@ -47,6 +47,11 @@ struct Summary {
   int64_t expired_dropped = 0;  // queued tasks a peer skipped because their trainer gave up
   int64_t lost_samples = 0;     // accepted samples whose peer died or moved before a step
   int64_t stepped_samples = 0;  // samples averaged into global steps
+  std::vector<int64_t> stage_samples;  // per stage: samples its peers accumulated, each microbatch once
+  int64_t path_restarts = 0;           // peer to peer: paths broken after stage 0, retried from the trainer
+  int64_t duplicates_refused = 0;      // a retried path's stage that had accumulated the microbatch already
+  double trainer_up_bytes = 0;         // all trainers' links, over the run
+  double trainer_down_bytes = 0;
   std::vector<int64_t> global_steps;
   std::vector<int> peers_per_stage;  // at the end
   uint64_t events = 0;

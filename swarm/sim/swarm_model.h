@@ -1,7 +1,8 @@
 // swarm_model: the simulated swarm's state and event handlers (internal to swarm/sim;
 // simulator.h is the interface). One class, its handlers split by concern over
 // simulator.cc (loop, setup, metrics), traffic.cc (microbatches and tasks),
-// membership.cc (churn, joins, moves) and averaging.cc (global steps).
+// peer_to_peer.cc (paths from peer to peer), membership.cc (churn, joins, moves),
+// averaging.cc (global steps) and rounds.cc (joined rounds and the waits they cause).
 #pragma once
 
 #include <cmath>
@@ -41,6 +42,9 @@ enum class EventKind : uint8_t {
   rebalance_check,  // a peer runs its Rebalancer
   download_done,    // a joining or moving peer holds its new stage's state
   round_done,       // a stage's all-reduce finished
+  round_begins,     // --rounds joins: the leader's BEGIN, its members take their gradients
+  parts_reduced,    // --rounds joins: every member holds its averaged part
+  resume_serving,   // a peer's held or round-blocked task waited long enough
   departure,        // --churn
   join,             // --join-rate
   preemption,       // --preempt-rate
@@ -58,19 +62,30 @@ struct Event {
 
 enum class PeerState : uint8_t { serving, draining, downloading, dead };
 
+// One process's link, each way, as `swarm local --link` emulates it: a message waits for
+// its sender's up link, then its receiver's down link, then the larger latency. An
+// unlimited link (infinite bytes/s) never queues.
+struct Link {
+  double bytes_per_second = std::numeric_limits<double>::infinity();
+  double latency = 0;  // seconds, one way
+  double up_free_at = 0;
+  double down_free_at = 0;
+};
+
 struct QueuedTask {
   int32_t microbatch;
   int32_t hop;
   uint64_t attempt;
   double deadline;
   double service_seconds = 0;  // drawn when it starts
+  bool held = false;           // it waited once for a round to take the gradients (--forward-hold)
+  bool waited_round = false;   // it waited once for a round's step (--round-wait)
 };
 
 struct Peer {
   PeerId id;
   double throughput = 0;        // forward samples per second
-  double latency = 0;           // seconds, one way
-  double bytes_per_second = 0;
+  Link link;
   PeerState state = PeerState::serving;
   int stage = 0;                // the stage it serves, drains, or downloads for
   int move_to = -1;             // while draining
@@ -78,8 +93,9 @@ struct Peer {
   uint32_t check_token = 0;     // bumps per scheduled rebalance check
   std::deque<QueuedTask> queue;
   std::optional<QueuedTask> current;
-  double inbound_free_at = 0;   // its link carries one transfer at a time per direction
-  double outbound_free_at = 0;
+  bool waiting = false;         // its queue's front task waits (hold or round) until resume_serving
+  uint32_t wait_token = 0;      // bumps per wait: an earlier wait's resume is stale
+  bool in_round = false;        // it took its gradients for a round that has not stepped yet
   std::optional<rebalance::Rebalancer> rebalancer;
   double measured_throughput = 0;  // EMA in forward units, as StageService measures it
 
@@ -113,6 +129,12 @@ struct Microbatch {
   double sent_at = 0;
   double hop_started_at = 0;
   std::vector<PeerId> tried;
+  // Peer to peer: who sent the current hop (-1: the trainer), the peer that ran each
+  // stage's forward (its backward runs there, on the activations it kept), and the
+  // stages that accumulated this microbatch, which count it once across a retried path.
+  int sender = -1;
+  std::vector<int> path;
+  std::vector<bool> credited;
 };
 
 struct Hop {
@@ -130,6 +152,9 @@ struct StageState {
   uint64_t round = 0;
   std::vector<int> round_members;
   int64_t round_samples = 0;
+  bool round_pending = false;  // --rounds joins: the batch is in, the BEGIN on its way
+  int64_t step_credit = 0;     // steps_for_samples' carry between joined rounds
+  double round_ends_at = 0;
   // The registry's records for this stage (a dead peer's until it lapses), and whose.
   std::vector<PeerAnnouncement> view;
   std::vector<int> view_peer;
@@ -180,9 +205,20 @@ class Simulation {
   void on_task_done(const Event& e);
   void on_reply(const Event& e, bool ok);
   void on_attempt_timeout(const Event& e);
-  void credit_samples(int peer, int stage);
+  void credit_samples(int peer, int stage, int mb);
+  // The stage counts a backward where it is computed (the replica's accumulate) in
+  // peer-to-peer mode and with joined rounds; the records model counts it when its
+  // trainer has the reply.
+  bool credits_at_compute() const { return s_.hops == HopMode::peer_to_peer || s_.rounds == RoundTrigger::joins; }
   void end_microbatch(int mb, bool completed);
-  double transfer(double& link_free_at, int64_t bytes, const Peer& p);
+  double cross(Link& from, Link& to, int64_t bytes, double at);
+  Link& sender_link(const Microbatch& m);
+  void send_task(int mb, int peer, int64_t bytes);
+  void after_forward(int peer, const QueuedTask& task);
+  void after_backward(int peer, const QueuedTask& task);
+  void restart_path(int mb);
+  bool must_wait(int peer, QueuedTask& task);
+  void on_resume_serving(const Event& e);
   double measured_rate(const Hop& hop, double seconds) const;
 
   // membership.cc: churn, joins, moves and rebalancing.
@@ -209,6 +245,12 @@ class Simulation {
   void check_global_batches();
   void start_round(int stage);
   void on_round_done(const Event& e);
+  void check_joined_batch(int stage, int credited_peer);
+  void on_round_begins(const Event& e);
+  void start_joined_round(int stage);
+  void on_parts_reduced(const Event& e);
+  void on_all_gathered(int stage, double gathered);
+  void wake_held(int peer);
 
   bool serves(const Peer& p) const { return p.state == PeerState::serving || p.state == PeerState::draining; }
   void push(double t, Event e) { queue_.push(t, e); }
@@ -232,6 +274,7 @@ class Simulation {
   std::vector<int> alive_;           // alive peers, for uniform picks
   std::vector<int> alive_position_;  // peer -> index in alive_, or -1
   std::vector<std::vector<AnyRouter>> routers_;  // [trainer][stage]
+  std::vector<Link> trainer_links_;
   std::vector<Microbatch> microbatches_;
   std::vector<int> free_microbatches_;
   std::vector<int> waiting_;         // microbatches whose hop found no usable peer

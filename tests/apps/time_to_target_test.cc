@@ -53,12 +53,22 @@ TEST_CASE("time to target: the baseline's own loss at --target-at is the target,
           0.5 * hub["trainer_link_bytes_per_microbatch"]["up"].get<double>());
     CHECK(hub["seconds_to_target"].get<double>() ==
           doctest::Approx(score["steps_to_target_mean"].get<double>() * hub["step_seconds"].get<double>()));
+    // The simulator's model of each timed run, from its config.json: links set its pace as well.
+    for (const auto* t : {&hub, &p2p}) {
+      INFO((*t)["mode"].get<std::string>(), ": ", (*t)["simulator_error"].get<std::string>());
+      CHECK((*t)["simulator_error"] == "");
+      REQUIRE((*t)["simulated_step_seconds"].is_number());
+      CHECK((*t)["simulated_step_seconds"].get<double>() > 0.1);
+    }
+    CHECK(p2p["simulated_trainer_link_bytes_per_microbatch"]["up"].get<double>() <
+          0.5 * hub["simulated_trainer_link_bytes_per_microbatch"]["up"].get<double>());
   }
   // 8-bit sends a quarter of the activation bytes; the trainer's link shows it in hub mode.
   CHECK(scores[1]["timed"][0]["trainer_link_bytes_per_microbatch"]["up"].get<double>() <
         0.5 * scores[0]["timed"][0]["trainer_link_bytes_per_microbatch"]["up"].get<double>());
   const std::string md = read_all(out / "time_to_target.md");
   CHECK(md.find("| 8bit | ") != std::string::npos);
+  CHECK(md.find("## The simulator against the timed runs") != std::string::npos);
   CHECK(read_all(out / "time_to_target.svg").find("<svg") != std::string::npos);
 
   // Run again over records a crash might leave: a torn line and a field of the wrong type are

@@ -30,6 +30,19 @@ std::string error_for(std::vector<std::string> args) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+TEST_CASE("hop, trainer-link and round flags reach the scenario; bad ones are refused by name") {
+  CHECK(error_for({"--hops", "p2p", "--trainer-bandwidth-mbps", "200", "--trainer-latency-ms", "50", "--rounds",
+                   "joins", "--forward-hold", "0.02", "--round-wait", "0.25"}) == "");
+  CHECK(contains(error_for({"--hops", "mesh"}), "--hops"));
+  CHECK(contains(error_for({"--rounds", "sometimes"}), "--rounds"));
+  CHECK(contains(error_for({"--trainer-bandwidth-mbps", "-5"}), "--trainer-bandwidth-mbps"));
+  CHECK(contains(error_for({"--trainer-latency-ms", "-1"}), "--trainer-latency-ms"));
+  CHECK(contains(error_for({"--forward-hold", "-0.1"}), "--forward-hold"));
+  CHECK(contains(error_for({"--round-wait", "-1"}), "--round-wait"));
+  CHECK(contains(error_for({"--token-bytes", "-1"}), "--token-bytes"));
+  CHECK(contains(error_for({"--activation-gradient-bytes", "-1"}), "--activation-gradient-bytes"));
+}
+
 TEST_CASE("good flags resolve, with the autos filled in") {
   CHECK(error_for({"--peers", "1000", "--stages", "4", "--hours", "1", "--churn", "0.4"}) == "");
   sim::Scenario s;
