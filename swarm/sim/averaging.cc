@@ -42,24 +42,32 @@ void Simulation::check_global_batches() {
   }
 }
 
-// Butterfly all-reduce: reduce-scatter then all-gather move about twice the gradient
-// through the slowest member's link, in log2(group) latency-bound rounds.
-void Simulation::start_round(int st) {
+// Every serving peer of the stage joins the round with the gradients it holds.
+void Simulation::take_round_members(int st) {
   StageState& stage = stages_[st];
   stage.round_members.clear();
   stage.round_samples = 0;
-  double slowest_link = std::numeric_limits<double>::infinity();
-  double worst_latency = 0;
   for (int index = 0; index < static_cast<int>(peers_.size()); ++index) {
     Peer& p = peers_[index];
     if (!serves(p) || p.stage != st) continue;
     stage.round_members.push_back(index);
     stage.round_samples += p.accumulated;
     p.accumulated = 0;
-    slowest_link = std::min(slowest_link, p.link.bytes_per_second);
-    worst_latency = std::max(worst_latency, p.link.latency);
   }
+}
+
+// Butterfly all-reduce: reduce-scatter then all-gather move about twice the gradient
+// through the slowest member's link, in log2(group) latency-bound rounds.
+void Simulation::start_round(int st) {
+  StageState& stage = stages_[st];
+  take_round_members(st);
   if (stage.round_members.empty()) return;
+  double slowest_link = std::numeric_limits<double>::infinity();
+  double worst_latency = 0;
+  for (int index : stage.round_members) {
+    slowest_link = std::min(slowest_link, peers_[index].link.bytes_per_second);
+    worst_latency = std::max(worst_latency, peers_[index].link.latency);
+  }
   const size_t group = stage.round_members.size();
   const double seconds = group < 2 ? 0.0
                                    : 2.0 * static_cast<double>(s_.gradient_bytes) / slowest_link +

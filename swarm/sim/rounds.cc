@@ -51,15 +51,7 @@ void Simulation::on_round_begins(const Event& e) {
 void Simulation::start_joined_round(int st) {
   StageState& stage = stages_[st];
   stage.round_pending = false;
-  stage.round_members.clear();
-  stage.round_samples = 0;
-  for (int index = 0; index < static_cast<int>(peers_.size()); ++index) {
-    Peer& p = peers_[index];
-    if (!serves(p) || p.stage != st) continue;
-    stage.round_members.push_back(index);
-    stage.round_samples += p.accumulated;
-    p.accumulated = 0;
-  }
+  take_round_members(st);
   if (stage.round_members.empty()) return;
   const std::vector<int>& members = stage.round_members;
   const size_t n = members.size();

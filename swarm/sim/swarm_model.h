@@ -243,6 +243,7 @@ class Simulation {
   // averaging.cc: progress records and global steps.
   void publish_progress();
   void check_global_batches();
+  void take_round_members(int stage);
   void start_round(int stage);
   void on_round_done(const Event& e);
   void check_joined_batch(int stage, int credited_peer);
