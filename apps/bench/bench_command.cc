@@ -97,6 +97,7 @@ int run_time_to_target_command(const TimeToTargetOptions& o) {
 struct SimulateRunsOptions {
   std::vector<std::string> run_dirs;
   int warmup_steps = 3;
+  bool print_commands = false;
 };
 
 // Each finished `swarm local` run's steady step beside the simulator's on its config.json.
@@ -117,6 +118,7 @@ int run_simulate_runs_command(const SimulateRunsOptions& o) {
     }
     fmt::print("| {} | {} | {:.3f} | {:.3f} ({:.3f}-{:.3f}) | {:.2f} |\n", dir, t->mode, *t->step_seconds,
                *t->sim_step_seconds, t->sim_step_min, t->sim_step_max, *t->sim_step_seconds / *t->step_seconds);
+    if (o.print_commands) fmt::print("\n    {}\n\n", t->sim_command);
   }
   return failures == 0 ? 0 : 1;
 }
@@ -145,6 +147,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   simulate_runs->add_option("run_dirs", simulate_options->run_dirs, "The runs' --run-dir directories")->required();
   simulate_runs->add_option("--warmup-steps", simulate_options->warmup_steps, "Steps left out of the real step time")
       ->capture_default_str();
+  simulate_runs->add_flag("--print-commands", simulate_options->print_commands,
+                          "Print each run's `swarm sim` command line under its row");
   simulate_runs->callback([simulate_options, exit_code] { *exit_code = run_simulate_runs_command(*simulate_options); });
 }
 

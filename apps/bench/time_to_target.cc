@@ -151,6 +151,7 @@ Result<ConfigurationScore::Timed> measure_timed_run(const std::string& run_dir, 
     timed.sim_step_seconds = simulated->step_seconds;
     timed.sim_step_min = simulated->step_min;
     timed.sim_step_max = simulated->step_max;
+    timed.sim_command = simulated->command;
     timed.sim_trainer_up_bytes = simulated->trainer_up_bytes;
     timed.sim_trainer_down_bytes = simulated->trainer_down_bytes;
   } else {

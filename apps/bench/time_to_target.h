@@ -88,6 +88,7 @@ struct ConfigurationScore {
     double sim_step_min = 0, sim_step_max = 0;
     double sim_trainer_up_bytes = 0, sim_trainer_down_bytes = 0;
     std::string sim_error;
+    std::string sim_command;  // the `swarm sim` command line of its scenario
   };
   std::vector<Timed> timed;  // by mode
 };

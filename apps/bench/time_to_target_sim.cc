@@ -4,6 +4,8 @@
 #include <limits>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "models/gpt/config.h"
 #include "swarm/api/codec.h"
 #include "swarm/compression/codecs.h"
@@ -104,6 +106,22 @@ Result<sim::Scenario> scenario_of_run(const nlohmann::json& config) {
   return s.resolved();
 }
 
+std::string sim_command_line(const sim::Scenario& s) {
+  std::string line = fmt::format(
+      "swarm sim --peers {} --stages {} --trainers {} --in-flight {} --microbatch {} --seq-len {} --d-model {} "
+      "--throughput {} --backward-cost {} --last-stage-cost {} --compute-jitter {} --latency-ms {} "
+      "--bandwidth-mbps {} --trainer-bandwidth-mbps {} --trainer-latency-ms {} --activation-bytes {} "
+      "--activation-gradient-bytes {} --token-bytes {} --stage-params {} --gradient-bytes {} --hops {} --rounds {} "
+      "--forward-hold {} --round-wait {} --global-batch {} --seconds 120 --sample-every 6 --seed 1 --out sim.jsonl",
+      s.peers, s.stages, s.trainers, s.in_flight, s.microbatch, s.seq_len, s.d_model, s.throughput.to_string(),
+      s.backward_cost, s.last_stage_cost, s.compute_jitter, s.latency_ms.to_string(), s.bandwidth_mbps.to_string(),
+      s.trainer_bandwidth_mbps, s.trainer_latency_ms, s.activation_bytes, s.activation_gradient_bytes, s.token_bytes,
+      s.stage_params, s.gradient_bytes, sim::hop_mode_name(s.hops), sim::round_trigger_name(s.rounds), s.forward_hold,
+      s.round_wait, s.global_batch.target_samples);
+  if (!s.rebalance) line += " --no-rebalance";
+  return line;
+}
+
 Result<SimulatedStep> simulated_step(const nlohmann::json& config, double seconds, int seeds) {
   SWARM_ASSIGN_OR_RETURN(sim::Scenario s, scenario_of_run(config));
   SWARM_ASSIGN_OR_RETURN(int64_t per_step, field<int64_t>(config, "microbatches_per_step"));
@@ -111,6 +129,7 @@ Result<SimulatedStep> simulated_step(const nlohmann::json& config, double second
   s.seconds = seconds;
   s.sample_every = seconds / 20;
   SimulatedStep step;
+  step.command = sim_command_line(s);
   step.step_min = std::numeric_limits<double>::infinity();
   for (int seed = 1; seed <= seeds; ++seed) {
     s.seed = static_cast<uint64_t>(seed);  // the routers' draws

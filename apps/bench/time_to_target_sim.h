@@ -12,6 +12,8 @@
 //   auto step = simulated_step(config);   // step->step_seconds
 #pragma once
 
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 #include "swarm/core/status.h"
@@ -27,12 +29,17 @@ Result<sim::Scenario> scenario_of_run(const nlohmann::json& config);
 // Over `seeds` seeds (the routers' draws): with no compute jitter the simulated
 // pipeline is deterministic, and where waits couple the peers one draw can lock it
 // into a pattern another does not.
+// The `swarm sim` command line of that scenario (one seed, 120 simulated seconds), to
+// rerun it or change one thing in it.
+std::string sim_command_line(const sim::Scenario& s);
+
 struct SimulatedStep {
   double step_seconds = 0;             // the steady step (the last tenth of each run), mean over seeds
   double step_min = 0, step_max = 0;   // over seeds
   double trainer_up_bytes = 0;         // per microbatch started
   double trainer_down_bytes = 0;       // per microbatch completed
   int64_t completed = 0;               // over all seeds
+  std::string command;                 // sim_command_line of the scenario
 };
 
 Result<SimulatedStep> simulated_step(const nlohmann::json& config, double seconds = 120, int seeds = 5);

@@ -5,7 +5,8 @@
 #include <fstream>
 #include <memory>
 
-#include <fmt/core.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "swarm/sim/simulator.h"
 
@@ -187,11 +188,14 @@ int run_sim(const SimFlags& flags) {
     fmt::print(stderr, "swarm sim: {}\n", summary.is_ok() ? "writing --out failed" : summary.status().message());
     return 1;
   }
-  fmt::print("sim: {} peers, {} stages, {:.0f} s, router {}, rebalance {}: throughput {:.1f} samples/s, "
-             "oracle {:.1f}, efficiency {:.3f}, {} moves, {} completed, {} abandoned -> {}\n",
+  fmt::print("sim: {} peers, {} stages, {:.0f} s, router {}, hops {}, rebalance {}: throughput {:.1f} samples/s "
+             "({:.1f} at the end), oracle {:.1f}, efficiency {:.3f}, {} moves, {} completed, {} abandoned, "
+             "global steps {} -> {}\n",
              scenario->peers, scenario->stages, scenario->seconds, sim::router_name(scenario->router),
-             scenario->rebalance ? "on" : "off", summary->throughput_mean, summary->oracle_mean, summary->efficiency,
-             summary->moves, summary->microbatches_completed, summary->microbatches_abandoned, flags.out);
+             sim::hop_mode_name(scenario->hops), scenario->rebalance ? "on" : "off", summary->throughput_mean,
+             summary->throughput_end, summary->oracle_mean, summary->efficiency, summary->moves,
+             summary->microbatches_completed, summary->microbatches_abandoned, fmt::join(summary->global_steps, ","),
+             flags.out);
   return 0;
 }
 
