@@ -142,6 +142,19 @@ TEST_CASE("a forward hold makes forwards that meet pending gradients wait, one a
   CHECK(held_step <= free_step + 32 * 0.02);  // at most every forward of a step held in full
 }
 
+TEST_CASE("work that waits for the round's step pays the round; with no wait the round overlaps the pipeline") {
+  Scenario s = linked_swarm(HopMode::peer_to_peer);
+  s.activation_bytes = s.activation_gradient_bytes = 20'000;
+  s.gradient_bytes = 1'000'000;  // 20 ms through a 25 MB/s link each way, plus four crossings
+  s.round_wait = 0.25;
+  const double waiting = step_seconds(run(s).summary, s);
+  s.round_wait = 0;
+  const double overlapped = step_seconds(run(s).summary, s);
+  INFO("step with the round wait ", waiting, " s, without ", overlapped, " s");
+  CHECK(overlapped == doctest::Approx(0.2).epsilon(0.1));  // the pipeline's four crossings
+  CHECK(waiting >= overlapped + 0.15);                    // the round's crossings and parts on top
+}
+
 TEST_CASE("bad hop and round settings are refused by name") {
   Scenario s = linked_swarm(HopMode::hub);
   s.trainer_bandwidth_mbps = -1;
