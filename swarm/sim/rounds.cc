@@ -9,6 +9,7 @@
 // the links with the pipeline's traffic.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "swarm/sim/swarm_model.h"
 
@@ -23,23 +24,22 @@ void Simulation::check_joined_batch(int st, int credited_peer) {
   StageState& stage = stages_[st];
   if (stage.averaging || stage.round_pending) return;
   int64_t samples = 0;
-  int leader = -1, members = 0;
+  std::vector<int> members;
   for (int index = 0; index < static_cast<int>(peers_.size()); ++index) {
     const Peer& p = peers_[index];
     if (!serves(p) || p.stage != st) continue;
     samples += p.accumulated;
-    if (leader < 0) leader = index;
-    ++members;
+    members.push_back(index);
   }
   if (samples < s_.global_batch.target_samples) return;
   stage.round_pending = true;
-  double begins = now_;
-  if (members > 1) {
-    const Peer& lead = peers_[leader];
-    if (credited_peer != leader) begins += crossing_latency(peers_[credited_peer], lead);  // its JOIN
-    begins += crossing_latency(lead, peers_[credited_peer == leader ? (leader == 0 ? 1 : 0) : credited_peer]);  // BEGIN
-  }
-  push(begins, Event{EventKind::round_begins, st, 0, 0, ++stage.round});
+  // The JOIN of the peer whose sample completed the batch, unless the leader counted
+  // it itself; then the BEGIN, which the members take when it lands.
+  const Peer& leader = peers_[members.front()];
+  double join = 0, begin = 0;
+  if (credited_peer != members.front()) join = crossing_latency(peers_[credited_peer], leader);
+  for (size_t i = 1; i < members.size(); ++i) begin = std::max(begin, crossing_latency(leader, peers_[members[i]]));
+  push(now_ + join + begin, Event{EventKind::round_begins, st, 0, 0, ++stage.round});
 }
 
 void Simulation::on_round_begins(const Event& e) {
