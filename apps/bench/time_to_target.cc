@@ -120,7 +120,8 @@ Result<ConfigurationScore::Timed> measure_timed_run(const std::string& run_dir, 
   const auto config = nlohmann::json::parse(config_in, nullptr, false);
   if (!config.is_object()) return invalid_argument("{} has no readable config.json", dir.string());
   ConfigurationScore::Timed timed;
-  timed.mode = config.value("hops", std::string("hub"));
+  // value() would throw on a "hops" of another type; a run's file is read, never trusted.
+  timed.mode = config.contains("hops") && config["hops"].is_string() ? config["hops"].get<std::string>() : "hub";
   std::vector<double> ends;
   const nlohmann::json* final = nullptr;
   for (const auto& r : records) {

@@ -3,10 +3,15 @@
 // the refusals of a config it cannot stand for.
 #include "apps/bench/time_to_target_sim.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include <string>
 
 #include <doctest/doctest.h>
 
+#include "apps/bench/time_to_target.h"
 #include "models/gpt/config.h"
 #include "swarm/compression/codecs.h"
 
@@ -104,6 +109,21 @@ TEST_CASE("a config the simulator cannot stand for is refused, naming why") {
   CHECK(error_of(c).find("out of range") != std::string::npos);
   CHECK(error_of(nlohmann::json::array()).find("no 'stages'") != std::string::npos);
   CHECK(!simulated_step(timed_run_config("hub"), 10, 0).is_ok());
+}
+
+TEST_CASE("a finished run whose config has a field of the wrong type is measured without the simulator, not a crash") {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::filesystem::path dir = std::filesystem::path(tmp ? tmp : "/tmp") / "wrong_type_run";
+  std::filesystem::create_directories(dir);
+  nlohmann::json config = timed_run_config("p2p");
+  config["hops"] = 5;
+  std::ofstream(dir / "config.json") << config.dump();
+  std::ofstream(dir / "metrics.jsonl") << R"({"kind":"step","step":1,"time":1.0})" << "\n";
+  auto timed = measure_timed_run(dir.string(), 0);
+  REQUIRE_MESSAGE(timed.is_ok(), timed.status().to_string());
+  CHECK(timed->mode == "hub");
+  CHECK(!timed->sim_step_seconds);
+  CHECK(timed->sim_error.find("hops") != std::string::npos);
 }
 
 }  // namespace
