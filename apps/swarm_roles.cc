@@ -114,7 +114,8 @@ Status prepare_model(const PeerRoleOptions& options, ModelPlugin& model) {
 
 namespace {
 
-// Pipelines a peer holds at once, each waiting for the stages after it.
+// Pipelines from trainers a stage-0 peer holds at once, each waiting for the
+// stages after it (a peer's pipelines from peers run on workers of their own).
 constexpr int kPipelineWorkers = 16;
 
 using HopTrainer =
@@ -134,6 +135,7 @@ Result<std::unique_ptr<HopTrainer>> make_hop_trainer(const PeerRoleOptions& opti
   config.refresh_period_seconds = 2.0;
   config.backward_timeout_seconds = options.backward_timeout_seconds;
   config.sign_hop = access.sign_hop(peer.peer_id, options.num_stages);
+  config.reply_to = peer.peer_id;  // hops answered at once; outcomes come back to this peer
   std::vector<StochasticWiringRouter> routers;
   for (int s = 0; s < options.num_stages; ++s) {
     StochasticWiringConfig wiring;
@@ -268,6 +270,15 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
       return trainer->pass_pipeline_on(hop);
     };
     config.pipeline_workers = kPipelineWorkers;
+    config.return_pipeline = [trainer = hops.get()](int stage, const std::string& peer, uint64_t microbatch,
+                                                    uint64_t return_id, const Result<protocol::StageReply>& outcome,
+                                                    int64_t deadline_unix_ms) {
+      return trainer->return_pipeline_result(stage, peer, microbatch, return_id, outcome, deadline_unix_ms);
+    };
+    config.deliver_pipeline_result = [trainer = hops.get()](protocol::PipelineResult result) {
+      return trainer->deliver_pipeline_result(std::move(result));
+    };
+    config.stop_returns = [trainer = hops.get()] { trainer->close_hop_returns(); };
   }
   return model.serve(PeerServing{options, config, &*registry, access->secured()});
 }

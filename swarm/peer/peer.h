@@ -121,6 +121,13 @@ struct PeerConfig {
   // `pipeline_workers` of them (at least max_batch).
   PassPipelineOn pass_pipeline_on;
   int pipeline_workers = 0;
+  // Hops answered at once (a pipeline from a peer carries reply_to): how this peer
+  // sends a pipeline's outcome back, and hands on one sent to it (see
+  // StageServiceHooks); both unset, pipelines from peers are answered when done.
+  // stop_returns wakes the pipelines that wait for outcomes when the peer stops.
+  ReturnPipeline return_pipeline;
+  DeliverPipelineResult deliver_pipeline_result;
+  std::function<void()> stop_returns;
   // A secured swarm: who started a pipeline, from its hop chain; unset, anyone (see StageServiceHooks).
   PipelineOrigin pipeline_origin;
 
@@ -201,6 +208,7 @@ class Peer {
       (void)registry_->withdraw(stage_registry_key(parts->index), config_.peer_id);
       if (parts->sync) parts->sync->withdraw();
     }
+    if (config_.stop_returns) config_.stop_returns();
     stop_servers();
   }
 
@@ -436,7 +444,8 @@ class Peer {
               }
             },
             config_.admit_caller, config_.pass_pipeline_on,
-                                            config_.pipeline_origin};
+                                            config_.pipeline_origin, config_.return_pipeline,
+                                            config_.deliver_pipeline_result};
   }
 
   void local_step(StageParts& parts) {
@@ -586,6 +595,9 @@ class Peer {
                                    {"backward_input", s.backward_other_input},
                                    {"callers", s.callers_refused},
                                    {"hop_chains", s.hop_chains_refused},
+                                   {"pipelines_busy", s.pipelines_busy},
+                                   {"pipeline_results", s.pipeline_results_refused},
+                                   {"pipeline_results_unsent", s.pipeline_results_unsent},
                                    {"parts", s.parts_refused},
                                    {"contributions_ignored", s.contributions_ignored},
                                    {"states", s.states_refused},

@@ -25,6 +25,9 @@ struct PeerStats {
   int64_t backward_unbound = 0;       // backwards for no forward this peer served that caller (ForwardLedger)
   int64_t backward_other_input = 0;   // backwards whose input was not their forward's
   int64_t callers_refused = 0;        // stage and state requests without a valid certificate (owned swarms)
+  int64_t pipelines_busy = 0;            // pipelines from peers answered busy (hops answered at once)
+  int64_t pipeline_results_refused = 0;  // pipeline_result requests refused: malformed, unknown token, wrong sender
+  int64_t pipeline_results_unsent = 0;   // outcomes that could not be sent back to the peer that passed it on
   int64_t hop_chains_refused = 0;     // pipelines whose hop chain did not lead from a trainer to here (secured swarms)
   int64_t forward_batches = 0;  // stage calls that served forward requests
   double throughput = 0;        // samples per second of compute, smoothed

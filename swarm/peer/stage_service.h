@@ -11,7 +11,11 @@
 // takes a backward only for a forward it served the same caller with the same
 // input (ForwardLedger), and only once. A pipeline request (peer to peer) runs
 // this stage's forward, the rest of the pipeline through the pass_on hook, and
-// this stage's backward, in one request.
+// this stage's backward. From a trainer it is answered when all that is done;
+// from a peer (reply_to set) it is answered at once, accepted or busy, runs on a
+// HopWorkers thread, and its outcome goes back through the return_pipeline hook
+// as a pipeline_result, which the peer that passed it on takes here
+// (deliver_result) for the pipeline that waits for it.
 //
 //   StageService<S, Codecs> service(options, replica, &stats, hooks);
 //   wire::Frames reply = service.handle(from, decoded_request);
@@ -36,13 +40,17 @@
 #include "swarm/api/codec.h"
 #include "swarm/api/stage.h"
 #include "swarm/api/transport.h"
+#include "swarm/core/log.h"
 #include "swarm/peer/forward_batcher.h"
 #include "swarm/peer/forward_ledger.h"
+#include "swarm/peer/hop_workers.h"
 #include "swarm/peer/peer_stats.h"
 #include "swarm/peer/pipeline_replays.h"
 #include "swarm/peer/replica.h"
+#include "swarm/protocol/pipeline_result.h"
 #include "swarm/protocol/stage_protocol.h"
 #include "swarm/protocol/tensor_codec.h"
+#include "swarm/wire/owned_message.h"
 #include "swarm/wire/wire.h"
 
 namespace swarm {
@@ -59,6 +67,9 @@ struct StageServiceOptions {
   double slowdown = 1.0;
   double emulated_seconds_per_sample = 0;
   ForwardLedgerLimits forwards;
+  // Pipelines answered at once and in progress here; beyond them a pipeline is
+  // answered busy.
+  size_t max_answered_pipelines = 64;
 };
 
 // What the service asks of the rest of the peer.
@@ -77,12 +88,22 @@ using PassPipelineOn = std::function<Result<protocol::StageReply>(const protocol
 // (origin, microbatch id), so a member cannot claim another trainer's ids.
 using PipelineOrigin = std::function<Result<std::string>(const PeerIdentity& from, const protocol::StageCall& call)>;
 
+// Peer to peer, hops answered at once: sends a pipeline's outcome to the peer of
+// `stage` that passed it on (its reply_to), under its return_id, by its deadline.
+using ReturnPipeline = std::function<Status(int stage, const std::string& peer, uint64_t microbatch,
+                                            uint64_t return_id, const Result<protocol::StageReply>& outcome,
+                                            int64_t deadline_unix_ms)>;
+// ... and takes one sent here, for the pipeline this peer passed on that waits for it.
+using DeliverPipelineResult = std::function<Status(protocol::PipelineResult result)>;
+
 struct StageServiceHooks {
   std::function<Status()> can_serve;                 // an error reply while re-syncing or dead
   std::function<void(int64_t samples)> on_backward;  // the sync loop or the local step
   AdmitCaller admit_caller;                          // a swarm with an owner: certified callers only
   PassPipelineOn pass_on;                            // unset: pipeline requests are refused below the last stage
   PipelineOrigin pipeline_origin;                    // unset: ids alone key pipelines (a swarm of one owner's machines)
+  ReturnPipeline return_pipeline;                    // unset: pipelines are answered when done
+  DeliverPipelineResult deliver_result;              // unset: pipeline_result requests are refused
 };
 
 template <Stage S, CodecTable Codecs>
@@ -94,7 +115,7 @@ class StageService {
                StageServiceHooks hooks)
       : options_(options), stats_(stats), hooks_(std::move(hooks)),
         batcher_(options.max_batch, [this] { stats_->update([](PeerStats& s) { ++s.forward_batches; }); }),
-        forwards_(options.forwards) {
+        forwards_(options.forwards), hop_workers_(options.max_answered_pipelines) {
     set_replica(std::move(replica));
   }
 
@@ -123,6 +144,7 @@ class StageService {
   int64_t in_service() const { return in_service_.load(); }
 
   wire::Frames handle(const PeerIdentity& from, const wire::DecodedMessage& message) {
+    if (message.header.kind == wire::MessageKind::pipeline_result) return take_pipeline_result(from, message);
     InService counted(in_service_);
     const auto started = std::chrono::steady_clock::now();
     std::shared_ptr<ReplicaT> replica;
@@ -164,8 +186,6 @@ class StageService {
     if (bound && call->is_backward()) {
       if (Status ok = check_forward(from, *call, digest); !ok.is_ok()) return refused(ok);
     }
-    // A retry of a pipeline finished here gets the same reply, not a second accumulation.
-    std::optional<ReplayClaim> claim;
     uint64_t pipeline_key = call->microbatch_id;
     if (call->is_pipeline() && hooks_.pipeline_origin) {
       auto origin = hooks_.pipeline_origin(from, *call);
@@ -175,33 +195,104 @@ class StageService {
       }
       pipeline_key = keyed_by_origin(*origin, call->microbatch_id);
     }
-    if (call->is_pipeline()) {
-      PipelineReplays::Claimed claimed = replays_.claim(pipeline_key, deadline_of(*call));
-      if (claimed.claim == PipelineReplays::Claim::replay) {
-        auto frames = protocol::encode_reply(call->request_id, spec.stage, claimed.reply);
-        return frames.is_ok() ? std::move(frames).value() : error(frames.status());
-      }
-      if (claimed.claim == PipelineReplays::Claim::gave_up) {
-        return error(deadline_exceeded("microbatch {} is still running here", call->microbatch_id));
-      }
-      claim.emplace(replays_, pipeline_key);
+    if (call->answered_at_once() && hooks_.return_pipeline) {
+      return answer_at_once(message, *call, std::move(replica), spec, pipeline_key, started);
     }
-    auto reply = call->is_pipeline() ? serve_pipeline(*replica, spec, *call, pipeline_key, started)
+    auto reply = call->is_pipeline() ? run_pipeline(*replica, spec, *call, pipeline_key, started)
                                      : serve(*replica, spec, *call, started);
-    if (claim && reply.is_ok()) claim->finish(&*reply);
     if (!reply.is_ok()) return refused(reply.status());
-    // A pipeline ran its forward and backward here in one request: nothing to bind.
-    if (bound && !call->is_pipeline()) settle_forward(from, *call, digest);
-    const bool accumulated = call->is_backward() || call->is_pipeline();
-    if (accumulated) hooks_.on_backward(call->batch);
-    // A backward slept out its emulated time before its deadline check.
-    const double seconds = accumulated ? elapsed(started) : emulate(started, call->batch, false);
-    record(accumulated, call->batch, seconds);
+    if (!call->is_pipeline()) {
+      if (bound) settle_forward(from, *call, digest);
+      account(call->is_backward(), call->batch, started);
+    }
     auto frames = protocol::encode_reply(call->request_id, spec.stage, *reply);
     return frames.is_ok() ? std::move(frames).value() : error(frames.status());
   }
 
+  // Pipelines answered at once and still in progress here.
+  size_t answered_pipelines_running() const { return hop_workers_.running(); }
+
  private:
+  // A served request's samples and time, once: a backward or a pipeline counts its
+  // samples toward the step.
+  void account(bool accumulated, int64_t batch, std::chrono::steady_clock::time_point started) {
+    if (accumulated) hooks_.on_backward(batch);
+    // A backward slept out its emulated time before its deadline check.
+    const double seconds = accumulated ? elapsed(started) : emulate(started, batch, false);
+    record(accumulated, batch, seconds);
+  }
+
+  // A pipeline, once: a retry of one finished here gets the same reply, not a
+  // second accumulation; a retry of one running here waits for it.
+  Result<protocol::StageReply> run_pipeline(ReplicaT& replica, const protocol::StageSpec& spec,
+                                            const protocol::StageCall& call, uint64_t key,
+                                            std::chrono::steady_clock::time_point started) {
+    PipelineReplays::Claimed claimed = replays_.claim(key, deadline_of(call));
+    if (claimed.claim == PipelineReplays::Claim::replay) return claimed.reply;
+    if (claimed.claim == PipelineReplays::Claim::gave_up) {
+      return deadline_exceeded("microbatch {} is still running here", call.microbatch_id);
+    }
+    ReplayClaim claim(replays_, key);
+    auto reply = serve_pipeline(replica, spec, call, key, started);
+    if (!reply.is_ok()) return reply;
+    claim.finish(&*reply);
+    account(true, call.batch, started);
+    return reply;
+  }
+
+  // A pipeline from a peer of the stage before: accepted (or busy) now, run on a
+  // worker of its own, its outcome sent back to reply_to.
+  wire::Frames answer_at_once(const wire::DecodedMessage& message, const protocol::StageCall& call,
+                              std::shared_ptr<ReplicaT> replica, const protocol::StageSpec& spec, uint64_t key,
+                              std::chrono::steady_clock::time_point started) {
+    const auto error = [&](const Status& status) {
+      return wire::make_error_reply(message.header.request_id, message.header.stage, status);
+    };
+    if (spec.stage == 0) return error(invalid_argument("stage 0 takes pipelines from trainers, not peers"));
+    auto owned = wire::OwnedMessage::copy_of(message);
+    const bool taken = hop_workers_.try_run([this, owned, replica = std::move(replica), spec, key, started] {
+      // The same checks passed on the same bytes: only the views move to the copy.
+      auto again = protocol::check_request(owned->message, spec);
+      Result<protocol::StageReply> outcome =
+          again.is_ok() ? run_pipeline(*replica, spec, *again, key, started) : Result<protocol::StageReply>(again.status());
+      if (!outcome.is_ok()) stats_->notify();
+      const wire::MessageHeader& header = owned->message.header;
+      Status sent = hooks_.return_pipeline(spec.stage - 1, header.reply_to, header.microbatch_id, header.return_id,
+                                           outcome, header.deadline_unix_ms);
+      if (!sent.is_ok()) {
+        stats_->update([](PeerStats& s) { ++s.pipeline_results_unsent; });
+        log_warn("stage {}: the outcome of microbatch {} did not reach peer {}: {}", spec.stage, header.microbatch_id,
+                 header.reply_to, sent.to_string());
+      }
+    });
+    if (!taken) {
+      stats_->update([](PeerStats& s) { ++s.pipelines_busy; });
+      return error(resource_exhausted("busy: {} pipelines in progress here", options_.max_answered_pipelines));
+    }
+    return protocol::encode_acceptance(call.request_id, spec.stage);
+  }
+
+  // The outcome of a pipeline this peer passed on, from the peer that took it.
+  wire::Frames take_pipeline_result(const PeerIdentity& from, const wire::DecodedMessage& message) {
+    const auto refused = [&](const Status& status) {
+      stats_->update([](PeerStats& s) { ++s.pipeline_results_refused; });
+      return wire::make_error_reply(message.header.request_id, message.header.stage, status);
+    };
+    if (!hooks_.deliver_result) return refused(failed_precondition("this peer passes no pipelines on"));
+    if (hooks_.admit_caller) {
+      if (Status admitted = hooks_.admit_caller(from, message.header.credential); !admitted.is_ok()) {
+        stats_->update([](PeerStats& s) { ++s.callers_refused; });
+        return wire::make_error_reply(message.header.request_id, message.header.stage, admitted);
+      }
+    }
+    auto result = protocol::parse_pipeline_result(message);
+    if (!result.is_ok()) return refused(result.status());
+    if (Status delivered = hooks_.deliver_result(std::move(result).value()); !delivered.is_ok()) {
+      return refused(delivered);
+    }
+    return protocol::encode_acceptance(message.header.request_id, static_cast<int>(message.header.stage));
+  }
+
   // Of the input as it crossed the wire: the trainer re-sends a forward's exact bytes.
   static uint64_t input_digest(const wire::DecodedTensor& input) {
     std::array<int64_t, Shape::kMaxRank + 1> head{};  // dtype and codec, then the dims
@@ -452,6 +543,8 @@ class StageService {
   // moment it ended, and the next round held up to 8 global batches for one step
   // each time (stage 1 took 101 global steps for 192 batches' samples).
   std::mutex pipeline_compute_mu_;
+  // Last: destroyed first, so its jobs end while everything they use is still here.
+  HopWorkers hop_workers_;
 };
 
 }  // namespace swarm

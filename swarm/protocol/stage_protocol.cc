@@ -197,6 +197,8 @@ Result<wire::Frames> encode_request(const StageRequest& request, int stage, Code
   header.deadline_unix_ms = request.deadline_unix_ms;
   header.credential = request.credential;
   header.hop_chain = request.hop_chain;
+  header.reply_to = request.reply_to;
+  header.return_id = request.return_id;
   std::vector<wire::EncodedTensor> tensors{request.input};
   if (request.grad_output) tensors.push_back(*request.grad_output);
   if (request.targets) tensors.push_back(*request.targets);
@@ -230,6 +232,12 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   if (!header.hop_chain.empty() && header.kind != wire::MessageKind::pipeline) {
     return invalid_argument("a hop chain on a request that is not a pipeline");
   }
+  if ((!header.reply_to.empty() || header.return_id != 0) && header.kind != wire::MessageKind::pipeline) {
+    return invalid_argument("a reply_to on a request that is not a pipeline");
+  }
+  if (header.reply_to.empty() != (header.return_id == 0)) {
+    return invalid_argument("a pipeline's reply_to and return_id come together");
+  }
   StageCall call;
   call.kind = header.kind;
   call.request_id = header.request_id;
@@ -237,6 +245,8 @@ Result<StageCall> check_request(const wire::DecodedMessage& message, const Stage
   call.deadline_unix_ms = header.deadline_unix_ms;
   call.credential = header.credential;
   call.hop_chain = header.hop_chain;
+  call.reply_to = header.reply_to;
+  call.return_id = header.return_id;
   call.input = &message.tensors[0];
   SWARM_RETURN_IF_ERROR(check_codec(*call.input, spec, TensorRole::input));
   size_t next = 1;

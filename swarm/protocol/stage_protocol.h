@@ -94,6 +94,8 @@ struct StageRequest {
   int64_t deadline_unix_ms = 0;                    // never 0 on the wire
   std::string credential;                          // MessageHeader::credential
   std::string hop_chain;                           // MessageHeader::hop_chain: pipeline requests only
+  std::string reply_to;                            // MessageHeader::reply_to: pipelines a peer passes on
+  uint64_t return_id = 0;                          // with reply_to, never 0
 };
 
 // Peer to peer: what a stage sends on to a peer of the next one, as a pipeline
@@ -138,8 +140,11 @@ struct StageCall {
   int64_t deadline_unix_ms = 0;
   std::string_view credential;  // into the message, as check_request's tensors
   std::string_view hop_chain;   // the same; empty unless a pipeline
+  std::string_view reply_to;    // the same; a pipeline from a peer, answered at once
+  uint64_t return_id = 0;
   bool is_backward() const { return kind == wire::MessageKind::backward; }
   bool is_pipeline() const { return kind == wire::MessageKind::pipeline; }
+  bool answered_at_once() const { return is_pipeline() && !reply_to.empty(); }
 };
 
 // A peer's account of the backward samples its replica accepted. Every accepted

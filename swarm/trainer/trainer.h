@@ -49,9 +49,11 @@
 #include "swarm/core/log.h"
 #include "swarm/core/random.h"
 #include "swarm/protocol/client_cache.h"
+#include "swarm/protocol/pipeline_result.h"
 #include "swarm/protocol/records.h"
 #include "swarm/protocol/stage_protocol.h"
 #include "swarm/protocol/tensor_codec.h"
+#include "swarm/trainer/hop_returns.h"
 #include "swarm/wire/wire.h"
 
 namespace swarm {
@@ -92,6 +94,12 @@ struct TrainerConfig {
   // merely slow peer costs the stage a short while.
   double silent_peer_leave_out_seconds = 30.0;
   double silent_peer_leave_out_max_seconds = 600.0;
+  // Peer to peer, the trainer a peer passes pipelines on with: that peer's id. Its
+  // hops are answered at once (accepted, or busy and the like, retried at a
+  // stage-mate at once) and their outcomes come back to the peer as
+  // pipeline_result requests, which it hands to deliver_pipeline_result(). Empty:
+  // a pipeline's reply is its outcome (the trainer's own, to stage 0).
+  std::string reply_to;
 };
 
 // Pipeline payloads (all four transfers) this trainer sent and received, cumulative:
@@ -474,6 +482,43 @@ class Trainer {
     return call_stage(hop.next_stage, std::move(request), batch, &scratch, nullptr, nullptr, {}, hop.deadline_unix_ms);
   }
 
+  // Hops answered at once (config.reply_to set): the outcome of a pipeline this
+  // trainer passed on, from the peer that took it; refused unless that peer sends
+  // it for that microbatch under the pipeline's token (HopReturns).
+  Status deliver_pipeline_result(protocol::PipelineResult result) { return returns_.deliver(std::move(result)); }
+  HopReturnCounts hop_returns() const { return returns_.counts(); }
+  // The peer stops: whatever waits for an outcome gives up now.
+  void close_hop_returns() { returns_.close(); }
+
+  // Hops answered at once: this peer took a pipeline from `peer` of `stage` and
+  // sends its outcome back there, by the pipeline's deadline (at least a second).
+  Status return_pipeline_result(int stage, const std::string& peer, uint64_t microbatch, uint64_t return_id,
+                                const Result<protocol::StageReply>& outcome, int64_t deadline_unix_ms) {
+    if (stage < 0 || stage >= config_.num_stages) return invalid_argument("no stage {} to return a pipeline to", stage);
+    StageState& state = *stages_[stage];
+    std::string address;
+    for (bool force : {false, true}) {
+      refresh(state, stage, force);
+      std::lock_guard lock(state.mu);
+      if (auto known = state.addresses.find(peer); known != state.addresses.end()) address = known->second.address;
+      if (!address.empty()) break;
+    }
+    if (address.empty()) return unavailable("peer {} of stage {} is not in the registry", peer, stage);
+    SWARM_ASSIGN_OR_RETURN(wire::Frames frames,
+                           protocol::encode_pipeline_result(stage, next_request_.fetch_add(1), microbatch,
+                                                            config_.reply_to, return_id, outcome, config_.credential));
+    auto client = client_for(address);
+    if (!client) return unavailable("cannot connect to {}", address);
+    const double left = (deadline_unix_ms - protocol::unix_millis_now()) / 1000.0;
+    if (outcome.is_ok()) count_volume(protocol::volume_of(*outcome));
+    auto answer = client->call(std::move(frames), deadline_after(std::max(1.0, left))).get();
+    if (!answer.is_ok()) return answer.status();
+    auto decoded = wire::decode_message(answer->views(), wire::Limits{});
+    if (!decoded.is_ok()) return decoded.status();
+    if (decoded->header.kind == wire::MessageKind::error) return wire::status_from_error_reply(decoded->header);
+    return Status::ok();
+  }
+
  private:
   protocol::StageRequest make_request(wire::MessageKind kind, uint64_t microbatch, const wire::EncodedTensor& input,
                                       std::optional<wire::EncodedTensor> grad_output = std::nullopt,
@@ -730,17 +775,33 @@ class Trainer {
     if (message.kind == wire::MessageKind::pipeline && config_.sign_hop) {
       SWARM_ASSIGN_OR_RETURN(message.hop_chain, config_.sign_hop(message, peer));
     }
+    const bool answered = message.kind == wire::MessageKind::pipeline && !config_.reply_to.empty();
+    if (answered) {
+      message.reply_to = config_.reply_to;
+      message.return_id = returns_.expect(message.microbatch_id, peer);
+    }
     Result<wire::Frames> frames = unavailable("cannot connect to {}", address);
     if (client) {
       auto request = protocol::encode_request(message, hop.stage, reply_codec(message.kind));
-      if (!request.is_ok()) return request.status();  // checked before the first attempt: not the peer's doing
+      if (!request.is_ok()) {
+        returns_.forget(message.return_id);
+        return request.status();  // checked before the first attempt: not the peer's doing
+      }
       count_volume(hop.request_volume);
       frames = client->call(std::move(request).value(), wait_until).get();
     }
+    // Silent: nothing came back by the deadline, neither an answer nor, once it
+    // was accepted, an outcome.
+    bool silent = !frames.is_ok() && frames.status().code() == StatusCode::deadline_exceeded;
+    Result<protocol::StageReply> reply = frames.status();
+    if (answered && frames.is_ok() && protocol::is_acceptance(*frames)) {
+      reply = returns_.wait(message.return_id, wait_until);
+      silent = !reply.is_ok() && reply.status().code() == StatusCode::deadline_exceeded;
+    } else {
+      returns_.forget(message.return_id);
+      if (frames.is_ok()) reply = protocol::parse_reply(*frames, wire::Limits{}, hop.has_loss);
+    }
     const double duration = now() - started;
-    Result<protocol::StageReply> reply =
-        frames.is_ok() ? protocol::parse_reply(*frames, wire::Limits{}, hop.has_loss)
-                       : Result<protocol::StageReply>(frames.status());
     const bool ok = reply.is_ok();
     const Outcome outcome = ok ? Outcome::success
                                : (reply.status().code() == StatusCode::deadline_exceeded ? Outcome::timeout
@@ -750,7 +811,6 @@ class Trainer {
       stage.router.report(peer, hop.kind, hop.batch, outcome, duration, now());
     }
     if (message.kind == wire::MessageKind::pipeline) {
-      const bool silent = !frames.is_ok() && frames.status().code() == StatusCode::deadline_exceeded;
       if (silent) {
         leave_out_silent(stage, hop.stage, peer, duration);
       } else if (frames.is_ok()) {
@@ -795,6 +855,7 @@ class Trainer {
   }
 
   TrainerConfig config_;
+  HopReturns returns_;
   // config_'s codecs as a StageSpec (no tensors): every stage must declare them,
   // and the protocol's rule (protocol::codec_for) picks among them per tensor.
   const protocol::StageSpec codecs_;

@@ -329,6 +329,10 @@ Result<Frames> encode_message_payloads(const MessageHeader& header, std::span<co
     return invalid_argument("a hop chain of {} bytes exceeds the wire format's bound of {}", header.hop_chain.size(),
                             kMaxWireHopChain);
   }
+  if (header.reply_to.size() > kMaxWireReplyTo) {
+    return invalid_argument("a reply_to of {} bytes exceeds the wire format's bound of {}", header.reply_to.size(),
+                            kMaxWireReplyTo);
+  }
   MessageHeader filled = header;
   filled.tensors.clear();
   for (std::size_t i = 0; i < tensors.size(); ++i) {

@@ -33,8 +33,8 @@
 namespace swarm::wire {
 
 // 2: reply_codec; 3: microbatch_id, deadline_unix_ms; 4: waited_us (withdrawn in 5); 5: credential;
-// 6: hop_chain
-constexpr uint16_t kWireVersion = 6;
+// 6: hop_chain; 7: reply_to, return_id, pipeline_result
+constexpr uint16_t kWireVersion = 7;
 
 enum class MessageKind : uint8_t {
   forward = 0,
@@ -46,8 +46,12 @@ enum class MessageKind : uint8_t {
   allreduce_part = 6,
   ping = 7,
   pipeline = 8,  // peer to peer: the rest of the pipeline from this stage on, forward and backward
+  // Peer to peer, answered at once: a pipeline's outcome (its input gradient and
+  // loss, or its error), sent as a request of its own back to the peer that passed
+  // it on (header.reply_to of the pipeline named it, header.return_id is its token).
+  pipeline_result = 9,
 };
-constexpr uint8_t kMaxMessageKindCode = 8;
+constexpr uint8_t kMaxMessageKindCode = 9;
 
 // How a tensor's payload is encoded (the codes of swarm/api/codec.h); the
 // TensorHeader dtype is the logical (source) dtype, which must be f32 for the
@@ -75,6 +79,8 @@ constexpr uint32_t kMaxWireCredential = 512;
 // A hop chain (swarm/security/hop_chain.h) is some 300 bytes a link; a pipeline has
 // a link per stage it crossed.
 constexpr uint32_t kMaxWireHopChain = 16 << 10;
+// A reply_to is a peer id (registry records bound theirs far lower).
+constexpr uint32_t kMaxWireReplyTo = 256;
 
 // The bytes a payload must have; errors on a codec that does not apply to the
 // dtype and on sizes beyond uint64. decode_message also rejects (non_finite) a
@@ -132,6 +138,12 @@ struct MessageHeader {
   // Pipeline requests in a secured swarm: who handed this microbatch to whom, from
   // its trainer to this peer, signed (security::hop_chain_bytes); empty otherwise.
   std::string hop_chain;
+  // Peer to peer, a pipeline passed on by a peer: the sender's peer id, which wants
+  // the answer at once (accepted, busy, or a kept reply) and the outcome later as a
+  // pipeline_result under return_id, a token of the sender's. A pipeline_result: its
+  // sender's peer id and the token it answers. Empty and 0 otherwise.
+  std::string reply_to;
+  uint64_t return_id = 0;
   std::string error_text;
   std::vector<TensorHeader> tensors;
 
@@ -143,6 +155,9 @@ struct MessageHeader {
     archive(cereal::binary_data(credential.data(), credential.size()));
     archive(static_cast<uint32_t>(hop_chain.size()));
     archive(cereal::binary_data(hop_chain.data(), hop_chain.size()));
+    archive(static_cast<uint32_t>(reply_to.size()));
+    archive(cereal::binary_data(reply_to.data(), reply_to.size()));
+    archive(return_id);
     archive(static_cast<uint32_t>(error_text.size()));
     archive(cereal::binary_data(error_text.data(), error_text.size()));
     archive(static_cast<uint32_t>(tensors.size()));
@@ -168,6 +183,12 @@ struct MessageHeader {
     if (chain_size > kMaxWireHopChain) throw cereal::Exception("hop chain beyond the wire format's bound");
     hop_chain.resize(chain_size);
     archive(cereal::binary_data(hop_chain.data(), hop_chain.size()));
+    uint32_t reply_to_size = 0;
+    archive(reply_to_size);
+    if (reply_to_size > kMaxWireReplyTo) throw cereal::Exception("reply_to beyond the wire format's bound");
+    reply_to.resize(reply_to_size);
+    archive(cereal::binary_data(reply_to.data(), reply_to.size()));
+    archive(return_id);
     uint32_t text_size = 0;
     archive(text_size);
     if (text_size > kMaxWireText) throw cereal::Exception("error text beyond the wire format's bound");

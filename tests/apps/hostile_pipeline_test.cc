@@ -8,15 +8,18 @@
 // (swarm/security/hop_chain.h) and is keyed by (trainer, id). While the trainer
 // trains, the member sends stage 1 pipelines with no chain, with a chain to
 // another peer, with a chain that claims a stage-0 peer as its trainer, with a
-// chain for another microbatch, and with garbage activations: each is refused and
+// chain for another microbatch, and with garbage activations, and sends stage 0's
+// peers pipeline results in a stage-1 peer's name (hops are answered at once and
+// their outcomes come back as requests of their own): each is refused and
 // counted. Stage 1's rate, its replicas and the run's final loss are judged
 // against a clean run's.
 //
-// A member can also announce itself as a peer of stage 1 and take pipelines
-// without ever answering. Stage 0's peers choose by rendezvous on the microbatch
-// id, so before a silent peer was left out it was ranked first for a third of the
-// microbatches, every retry of them included, and each cost a deadline for as long
-// as it kept announcing. Now it costs each sender one deadline.
+// A member can also announce itself as a peer of stage 1, answer every pipeline
+// "accepted" at once and never send its outcome. Stage 0's peers choose by
+// rendezvous on the microbatch id, so before a silent peer was left out it was
+// ranked first for a third of the microbatches, every retry of them included, and
+// each cost a deadline for as long as it kept announcing. Now it costs each sender
+// one deadline.
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -32,6 +35,7 @@
 
 #include "swarm/compression/codecs.h"
 #include "swarm/peer/periodic_task.h"
+#include "swarm/protocol/pipeline_result.h"
 #include "swarm/protocol/tensor_codec.h"
 #include "swarm/protocol/records.h"
 #include "swarm/security/hop_chain.h"
@@ -64,7 +68,15 @@ wire::Frames pipeline(const protocol::StageSpec& spec, uint64_t microbatch_id, i
 }
 
 // The ways a member off the path can try a pipeline, in turn.
-enum class Forgery { no_chain, chain_to_another_peer, claims_another_trainer, chain_for_another_id, garbage, count };
+enum class Forgery {
+  no_chain,
+  chain_to_another_peer,
+  claims_another_trainer,
+  chain_for_another_id,
+  garbage,
+  forged_result,  // to a stage-0 peer: the outcome of a pipeline it never passed on to the sender
+  count
+};
 
 const char* name_of(Forgery forgery) {
   switch (forgery) {
@@ -73,6 +85,7 @@ const char* name_of(Forgery forgery) {
     case Forgery::claims_another_trainer: return "a chain that claims a stage-0 peer as its trainer";
     case Forgery::chain_for_another_id: return "a chain for another microbatch";
     case Forgery::garbage: return "activations of the wrong width";
+    case Forgery::forged_result: return "a pipeline result in a stage-1 peer's name, under a guessed token";
     case Forgery::count: break;
   }
   return "";
@@ -89,12 +102,15 @@ TEST_CASE("peer to peer: pipelines from a member off their path are refused and 
   REQUIRE(spec.io.targets.has_value());  // stage 1 is the loss stage
   const int64_t width = spec.io.input.dims.back();
   std::string stage0_peer;
+  std::vector<LivePeer> stage0;
   for (const auto& [id, peer] : run.peers) {
     if (peer.stage == 0) stage0_peer = id;
+    if (peer.stage == 0) stage0.push_back(peer);
   }
-  REQUIRE(!stage0_peer.empty());
+  REQUIRE(stage0.size() == 2);
   std::map<std::string, protocol::RefusalCounts> at_start;
   for (const auto& peer : targets) at_start[peer.id] = refusals_of(attacker, peer);
+  for (const auto& peer : stage0) at_start[peer.id] = refusals_of(attacker, peer);
 
   run.wait_until_steady();
   const Window before = run.measure("before");
@@ -128,6 +144,19 @@ TEST_CASE("peer to peer: pipelines from a member off their path are refused and 
         chain = security::hop_chain_bytes(security::start_hop_chain(self, attacker.id, start, target.id));
         input_width = width + 3;
         break;
+      case Forgery::forged_result: {
+        protocol::StageReply outcome;
+        outcome.tensor = protocol::raw_tensor(loss_stage_batch(kRows, kSeqLen, width).hidden);
+        outcome.loss = 0.0f;
+        const uint64_t guessed_token = id * 0x9e3779b97f4a7c15ull;
+        const Reply reply = reply_of(attacker.call(
+            stage0[(id / 8) % 2].compute,
+            must(protocol::encode_pipeline_result(0, id, id, target.id, guessed_token, outcome,
+                                                  attacker.credentials.certificate))));
+        tallies[forgery].count(reply);
+        if (reply.answered) answered.add();
+        return;
+      }
       case Forgery::count: break;
     }
     const Reply reply = reply_of(attacker.call(target.compute, pipeline(spec, id, input_width, std::move(chain))));
@@ -148,8 +177,11 @@ TEST_CASE("peer to peer: pipelines from a member off their path are refused and 
     CHECK(tally.sent >= 10);
     CHECK(tally.accepted == 0);
     CHECK(tally.refused == tally.sent - tally.unanswered);
-    if (static_cast<Forgery>(f) != Forgery::garbage) chains_refused += tally.refused;
+    if (static_cast<Forgery>(f) != Forgery::garbage && static_cast<Forgery>(f) != Forgery::forged_result) {
+      chains_refused += tally.refused;
+    }
   }
+  CHECK(tallies[Forgery::forged_result].last_refusal.find("no pipeline waits for return id") != std::string::npos);
   CHECK(tallies[Forgery::no_chain].last_refusal.find("without a hop chain") != std::string::npos);
   CHECK(tallies[Forgery::chain_to_another_peer].last_refusal.find("not here") != std::string::npos);
   CHECK(tallies[Forgery::claims_another_trainer].last_refusal.find("not bound to the key") != std::string::npos);
@@ -164,12 +196,19 @@ TEST_CASE("peer to peer: pipelines from a member off their path are refused and 
   }
   CHECK(hop_chains == chains_refused);
   CHECK(spec_refused == tallies[Forgery::garbage].refused);
+  int64_t results_refused = 0;
+  for (const auto& peer : stage0) {
+    const int64_t more = refusals_of(attacker, peer)["pipeline_results"] - at_start[peer.id]["pipeline_results"];
+    MESSAGE("stage-0 peer " << peer.id << ": pipeline_results +" << more);
+    results_refused += more;
+  }
+  CHECK(results_refused == tallies[Forgery::forged_result].refused);
 
   finish_and_judge(run, before, during, after, clean);
 }
 
-// A peer that takes every request and answers none: each waits on a worker of
-// its own until the test ends.
+// A peer that answers every pipeline "accepted" at once and never sends its
+// outcome; any other request waits on a worker of its own until the test ends.
 struct SilentPeer {
   std::atomic<int64_t> pipelines{0};
   std::mutex mu;
@@ -186,7 +225,10 @@ struct SilentPeer {
     server.emplace(std::move(bound).value());
     REQUIRE(server->serve([this](const PeerIdentity&, wire::Frames request) {
                     auto decoded = wire::decode_message(request.views(), wire::Limits{});
-                    if (decoded.is_ok() && decoded->header.kind == wire::MessageKind::pipeline) ++pipelines;
+                    if (decoded.is_ok() && decoded->header.kind == wire::MessageKind::pipeline) {
+                      ++pipelines;
+                      return protocol::encode_acceptance(decoded->header.request_id, 1);
+                    }
                     std::unique_lock lock(mu);
                     cv.wait_for(lock, 120s, [&] { return released; });
                     return wire::make_error_reply(0, 1, unavailable("too late"));
@@ -216,7 +258,7 @@ int64_t left_out_lines(HostileRun& run, const std::string& silent_id) {
   return lines;
 }
 
-TEST_CASE("peer to peer: a member that takes pipelines and never answers costs each sender one deadline") {
+TEST_CASE("peer to peer: a member that accepts pipelines and never answers costs each sender one deadline") {
   const RunEnd& clean = clean_run();
   // A stage-0 peer gives a pipeline's stage-1 hop 2 s (--backward-timeout): one deadline.
   const std::vector<std::string> hop_timeout = {"--backward-timeout", "2"};
