@@ -156,7 +156,8 @@ std::vector<std::string> peer_args(const LocalSwarmOptions& o, int stage, const 
   args.insert(args.end(), sync.begin(), sync.end());
   if (!o.link.empty()) args.insert(args.end(), {"--link", o.link, "--link-board", link_board_path(o)});
   if (o.hops == "p2p") {
-    args.insert(args.end(), {"--p2p", "--backward-timeout", fmt::format("{}", o.backward_timeout_seconds)});
+    args.insert(args.end(), {"--p2p", "--backward-timeout", fmt::format("{}", o.backward_timeout_seconds),
+                             "--hop-slots", std::to_string(o.hop_slots)});
   }
   return args;
 }

@@ -75,6 +75,7 @@ struct LocalSwarmOptions {
   int eval_every = 0;
   double forward_timeout_seconds = 10;
   double backward_timeout_seconds = 20;
+  int hop_slots = 64;  // --hops p2p: each peer's --hop-slots
   // Stop training after this many seconds even if steps remain (0: no limit).
   double time_limit_seconds = 0;
   // "STAGE:FACTOR": the first peer of STAGE runs FACTOR times slower (an

@@ -164,6 +164,10 @@ void add_swarm_options(CLI::App* command, LocalSwarmOptions* o) {
                       "Put every process behind an emulated link of its own, shared by all its traffic (the trainers "
                       "of one process share one): RATE,LATENCY in tc's units (\"200mbit,50ms\"; 0 for either is "
                       "none)");
+  command->add_option("--hop-slots", o->hop_slots,
+                      "With --hops p2p: pipelines from peers each peer takes at once (swarm peer --hop-slots)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   command->add_option("--hops", o->hops,
                       "hub: every pipeline message goes through the trainer; p2p: the trainer sends tokens and "
                       "targets to stage 0, and each peer passes the microbatch on to a peer of the next stage "
@@ -281,6 +285,11 @@ int run_program(int argc, char** argv, ModelPluginFactory make_model, const std:
                        "With --p2p: seconds a pipeline passed on may take per stage after this one before it is "
                        "retried at another peer")
       ->capture_default_str();
+  peer_cmd->add_option("--hop-slots", peer.hop_slots,
+                       "With --p2p: pipelines from peers of the stage before in progress here at once; one more is "
+                       "answered busy at once and its sender tries a stage-mate")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   peer_cmd->add_option("--link", peer.link,
                        "Put this peer behind an emulated link of its own, shared by all its traffic: RATE,LATENCY "
                        "in tc's units (\"200mbit,50ms\"; 0 for either is none)");

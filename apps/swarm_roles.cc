@@ -270,6 +270,7 @@ int run_peer(const PeerRoleOptions& options, ModelPlugin& model) {
       return trainer->pass_pipeline_on(hop);
     };
     config.pipeline_workers = kPipelineWorkers;
+    config.hop_slots = static_cast<size_t>(options.hop_slots);
     config.return_pipeline = [trainer = hops.get()](int stage, const std::string& peer, uint64_t microbatch,
                                                     uint64_t return_id, const Result<protocol::StageReply>& outcome,
                                                     int64_t deadline_unix_ms) {

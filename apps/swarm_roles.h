@@ -47,6 +47,7 @@ struct PeerRoleOptions {
   int num_stages = 2;
   bool peer_to_peer = false;  // --hops p2p: pass pipelines on to the next stage's peers
   double backward_timeout_seconds = 20;  // a pipeline hop: this per stage after this one
+  int hop_slots = 64;                    // --hop-slots: pipelines from peers in progress at once
   std::string link;        // RATE,LATENCY: this process's emulated access link; empty: none
   std::string link_board;  // the board the run's processes share; empty: a link of this process alone
   // Seconds between rebalancing checks (jittered); 0: serve one stage for ever.

@@ -127,6 +127,7 @@ struct PeerConfig {
   // stop_returns wakes the pipelines that wait for outcomes when the peer stops.
   ReturnPipeline return_pipeline;
   DeliverPipelineResult deliver_pipeline_result;
+  size_t hop_slots = 64;  // pipelines from peers in progress at once; beyond them, busy
   std::function<void()> stop_returns;
   // A secured swarm: who started a pipeline, from its hop chain; unset, anyone (see StageServiceHooks).
   PipelineOrigin pipeline_origin;
@@ -423,7 +424,8 @@ class Peer {
             .max_request_rows = config_.max_request_rows,
             .slowdown = config_.slowdown,
             .emulated_seconds_per_sample = config_.emulated_seconds_per_sample,
-            .forwards = config_.forwards};
+            .forwards = config_.forwards,
+            .max_answered_pipelines = config_.hop_slots};
   }
 
   // `parts` owns the service these hooks serve, so it outlives every call.

@@ -634,6 +634,7 @@ class Trainer {
                                                            : config_.backward_timeout_seconds);
     hop.deadline_cap_unix_ms = deadline_cap_unix_ms;
     std::vector<std::string> tried = exclude;
+    size_t failures = 0, busy_answers = 0;  // since the last look
     Status last_error = unavailable("stage {} has no peers", index);
     bool force_refresh = false;
     while (true) {
@@ -657,8 +658,10 @@ class Trainer {
                              config_.abandon_after_seconds, last_error.to_string());
         }
         // Every known peer failed this hop: look again, and let them be tried anew.
+        // Peers that all answered busy are alive: no need to look again.
+        force_refresh = !(failures > 0 && busy_answers == failures);
         tried.clear();
-        force_refresh = true;
+        failures = busy_answers = 0;
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
         continue;
       }
@@ -677,6 +680,10 @@ class Trainer {
       last_error = reply.status().with_context(peer->first);
       ++outcome->retries;
       tried.push_back(peer->first);
+      ++failures;
+      if (message.kind == wire::MessageKind::pipeline && reply.status().code() == StatusCode::resource_exhausted) {
+        ++busy_answers;
+      }
     }
   }
 
@@ -806,7 +813,10 @@ class Trainer {
     const Outcome outcome = ok ? Outcome::success
                                : (reply.status().code() == StatusCode::deadline_exceeded ? Outcome::timeout
                                                                                          : Outcome::error);
-    {
+    // Busy: it answered at once that it has no room. Not a failure of the peer,
+    // whom an error would ban; the sender tries a stage-mate.
+    const bool busy = answered && !ok && reply.status().code() == StatusCode::resource_exhausted;
+    if (!busy) {
       std::lock_guard lock(stage.mu);
       stage.router.report(peer, hop.kind, hop.batch, outcome, duration, now());
     }
@@ -821,7 +831,7 @@ class Trainer {
     count(peer, hop.kind, ok);
     if (ok) {
       count_volume(protocol::volume_of(*reply));
-    } else {
+    } else if (!busy) {
       std::lock_guard lock(served_mu_);
       events_.push_back({outcome == Outcome::timeout ? "timed_out" : "banned", peer, hop.stage,
                          reply.status().to_string()});
