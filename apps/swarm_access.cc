@@ -146,6 +146,11 @@ std::function<Result<std::string>(const PeerIdentity&, const protocol::StageCall
       return permission_denied("the hop chain is for microbatch {:016x}, not {:016x}", chain->start.microbatch,
                                call.microbatch_id);
     }
+    // Hops answered at once: the outcome goes to reply_to, which must be the peer
+    // that handed it here (the last signer, whom the transport authenticated).
+    if (!call.reply_to.empty() && (chain->links.empty() || chain->links.back().from != call.reply_to)) {
+      return permission_denied("the pipeline's reply_to {} did not hand it here", call.reply_to);
+    }
     return chain->trainer;
   };
 }

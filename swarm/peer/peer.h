@@ -425,7 +425,8 @@ class Peer {
             .slowdown = config_.slowdown,
             .emulated_seconds_per_sample = config_.emulated_seconds_per_sample,
             .forwards = config_.forwards,
-            .max_answered_pipelines = config_.hop_slots};
+            .max_answered_pipelines = config_.hop_slots,
+            .max_trainer_pipelines = config_.return_pipeline ? static_cast<size_t>(config_.pipeline_workers) : 0};
   }
 
   // `parts` owns the service these hooks serve, so it outlives every call.
@@ -500,6 +501,9 @@ class Peer {
     ServerOptions compute = config_.server;
     // Batching needs requests to wait side by side: one worker per batch slot.
     compute.worker_threads = std::max({1, config_.max_batch, config_.pipeline_workers});
+    // Hops answered at once: workers to spare beyond the trainers' pipelines, for
+    // the outcomes those wait for (StageServiceOptions::max_trainer_pipelines).
+    if (config_.return_pipeline) compute.worker_threads = std::max(config_.max_batch, config_.pipeline_workers + 8);
     ServerOptions control = config_.server;
     control.worker_threads = 2;  // a state chunk being encoded must not hold up a part
     SWARM_ASSIGN_OR_RETURN(auto compute_server, T::bind(config_.bind_address, compute));

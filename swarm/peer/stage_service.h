@@ -70,6 +70,12 @@ struct StageServiceOptions {
   // Pipelines answered at once and in progress here; beyond them a pipeline is
   // answered busy.
   size_t max_answered_pipelines = 64;
+  // Pipelines from trainers in progress here at once, each holding a server worker
+  // until its outcome; beyond them a pipeline is answered busy. With hops answered
+  // at once the outcomes come back to this server, so the server needs workers to
+  // spare beyond these, or it would wait for outcomes queued behind the pipelines
+  // that wait for them. 0: no bound (hops answered when done).
+  size_t max_trainer_pipelines = 0;
 };
 
 // What the service asks of the rest of the peer.
@@ -197,6 +203,15 @@ class StageService {
     }
     if (call->answered_at_once() && hooks_.return_pipeline) {
       return answer_at_once(message, *call, std::move(replica), spec, pipeline_key, started);
+    }
+    std::optional<InService> held;
+    if (call->is_pipeline() && options_.max_trainer_pipelines > 0) {
+      held.emplace(trainer_pipelines_);
+      if (trainer_pipelines_.load() > static_cast<int64_t>(options_.max_trainer_pipelines)) {
+        stats_->update([](PeerStats& s) { ++s.pipelines_busy; });
+        return error(resource_exhausted("busy: {} pipelines from trainers in progress here",
+                                        options_.max_trainer_pipelines));
+      }
     }
     auto reply = call->is_pipeline() ? run_pipeline(*replica, spec, *call, pipeline_key, started)
                                      : serve(*replica, spec, *call, started);
@@ -533,6 +548,7 @@ class StageService {
   std::shared_ptr<ReplicaT> replica_;
   protocol::StageSpec spec_;
   std::atomic<int64_t> in_service_{0};
+  std::atomic<int64_t> trainer_pipelines_{0};
   std::mutex forwards_mu_;
   ForwardLedger forwards_;
   PipelineReplays replays_;

@@ -22,6 +22,7 @@
 //   MicrobatchOutcome outcome = trainer.run_microbatch(tokens, targets);
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <chrono>
@@ -491,7 +492,8 @@ class Trainer {
   void close_hop_returns() { returns_.close(); }
 
   // Hops answered at once: this peer took a pipeline from `peer` of `stage` and
-  // sends its outcome back there, by the pipeline's deadline (at least a second).
+  // sends its outcome back there, by the pipeline's deadline, but at least 1 s and
+  // at most 30 s: a caller's far deadline must not hold the worker that long.
   Status return_pipeline_result(int stage, const std::string& peer, uint64_t microbatch, uint64_t return_id,
                                 const Result<protocol::StageReply>& outcome, int64_t deadline_unix_ms) {
     if (stage < 0 || stage >= config_.num_stages) return invalid_argument("no stage {} to return a pipeline to", stage);
@@ -511,7 +513,7 @@ class Trainer {
     if (!client) return unavailable("cannot connect to {}", address);
     const double left = (deadline_unix_ms - protocol::unix_millis_now()) / 1000.0;
     if (outcome.is_ok()) count_volume(protocol::volume_of(*outcome));
-    auto answer = client->call(std::move(frames), deadline_after(std::max(1.0, left))).get();
+    auto answer = client->call(std::move(frames), deadline_after(std::clamp(left, 1.0, 30.0))).get();
     if (!answer.is_ok()) return answer.status();
     auto decoded = wire::decode_message(answer->views(), wire::Limits{});
     if (!decoded.is_ok()) return decoded.status();
@@ -813,9 +815,10 @@ class Trainer {
     const Outcome outcome = ok ? Outcome::success
                                : (reply.status().code() == StatusCode::deadline_exceeded ? Outcome::timeout
                                                                                          : Outcome::error);
-    // Busy: it answered at once that it has no room. Not a failure of the peer,
-    // whom an error would ban; the sender tries a stage-mate.
-    const bool busy = answered && !ok && reply.status().code() == StatusCode::resource_exhausted;
+    // Busy: a pipeline answered at once that the peer has no room. Not a failure
+    // of the peer, whom an error would ban; the sender tries a stage-mate.
+    const bool busy = message.kind == wire::MessageKind::pipeline && !ok &&
+                      reply.status().code() == StatusCode::resource_exhausted;
     if (!busy) {
       std::lock_guard lock(stage.mu);
       stage.router.report(peer, hop.kind, hop.batch, outcome, duration, now());
