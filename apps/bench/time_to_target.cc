@@ -130,6 +130,7 @@ Result<ConfigurationScore::Timed> measure_timed_run(const std::string& run_dir, 
     else if (const double t = number_or(r, "time", -1); t >= 0) ends.push_back(t);
   }
   timed.step_seconds = steady_step_seconds(ends, warmup_steps);
+  timed.mean_step_seconds = mean_step_seconds(ends, warmup_steps);
   const double seq = config.contains("model") && config["model"].is_object() ? number_or(config["model"], "max_seq_len", 0) : 0;
   const double samples_per_step = number_or(config, "microbatches_per_step", 0) * number_or(config, "microbatch", 0);
   if (timed.step_seconds && *timed.step_seconds > 0) timed.tokens_per_second = samples_per_step * seq / *timed.step_seconds;

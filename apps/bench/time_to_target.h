@@ -78,7 +78,8 @@ struct ConfigurationScore {
   double final_loss_mean = 0;                         // at --steps, over seeds
   struct Timed {
     std::string mode;
-    std::optional<double> step_seconds;
+    std::optional<double> step_seconds;       // the median after the warm-up
+    std::optional<double> mean_step_seconds;  // the mean of the same steps
     double trainer_up_bytes = 0, trainer_down_bytes = 0;  // per completed microbatch
     double peer_up_bytes = 0, peer_down_bytes = 0;        // the busiest peer's link, per microbatch
     double tokens_per_second = 0;                         // the timed run's steady rate

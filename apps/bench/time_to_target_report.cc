@@ -100,6 +100,15 @@ std::string markdown(const TimeToTargetOptions& o, const TimeToTargetResult& r) 
                         optional_cell(seconds, "{:.1f}"), faster);
     }
   }
+  for (const auto& s : r.scores) {
+    for (const auto& t : s.timed) {
+      if (t.step_seconds && t.mean_step_seconds && steps_in_bursts(*t.step_seconds, *t.mean_step_seconds)) {
+        md += fmt::format("\n**{} {}: its steps came in bursts**: median {:.3f} s, mean {:.3f} s a step; the "
+                          "median is not its rate.\n",
+                          s.configuration.label, t.mode, *t.step_seconds, *t.mean_step_seconds);
+      }
+    }
+  }
   md += "\n## Bytes and tokens/s of the timed runs\n\nPer completed microbatch (validation included), from each "
         "process's emulated link; the busiest peer is the one whose link carried the most.\n\n"
         "| configuration | mode | trainer's link up / down | busiest peer's link up / down | tokens/s | p2p / hub |\n"
@@ -131,6 +140,8 @@ nlohmann::json to_json(const TimeToTargetOptions& o, const TimeToTargetResult& r
     for (const auto& t : s.timed) {
       timed.push_back({{"mode", t.mode},
                        {"step_seconds", t.step_seconds ? nlohmann::json(*t.step_seconds) : nlohmann::json()},
+                       {"mean_step_seconds",
+                        t.mean_step_seconds ? nlohmann::json(*t.mean_step_seconds) : nlohmann::json()},
                        {"seconds_to_target", seconds_to_target(s, t) ? nlohmann::json(*seconds_to_target(s, t))
                                                                      : nlohmann::json()},
                        {"tokens_per_second", t.tokens_per_second},

@@ -49,6 +49,17 @@ std::optional<double> steady_step_seconds(std::span<const double> step_end_times
   return n % 2 == 1 ? intervals[n / 2] : (intervals[n / 2 - 1] + intervals[n / 2]) / 2;
 }
 
+std::optional<double> mean_step_seconds(std::span<const double> step_end_times, int warmup) {
+  const size_t first = static_cast<size_t>(std::max(warmup, 0));
+  if (step_end_times.size() < first + 3) return std::nullopt;
+  const size_t intervals = step_end_times.size() - first - 1;
+  return (step_end_times.back() - step_end_times[first]) / static_cast<double>(intervals);
+}
+
+bool steps_in_bursts(double median_seconds, double mean_seconds) {
+  return median_seconds > 0 && std::abs(mean_seconds / median_seconds - 1.0) > 0.15;
+}
+
 std::optional<Spread> spread_of(std::span<const double> values) {
   if (values.empty()) return std::nullopt;
   Spread s{0, values.front(), values.front()};

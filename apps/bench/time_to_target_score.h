@@ -37,6 +37,11 @@ std::optional<double> steps_to_target(std::span<const LossPoint> curve, double t
 // than 2 intervals left. The median, because one step that waits out a
 // straggling round would pull a mean with it.
 std::optional<double> steady_step_seconds(std::span<const double> step_end_times, int warmup);
+// The mean of the same intervals. Far from the median, the steps came in bursts
+// (several end at once after a stall), which the median alone would hide.
+std::optional<double> mean_step_seconds(std::span<const double> step_end_times, int warmup);
+// Whether a timed run's steps came in bursts: its mean and median step differ by more than 15%.
+bool steps_in_bursts(double median_seconds, double mean_seconds);
 
 // Several seeds of one configuration: their mean and range.
 struct Spread {

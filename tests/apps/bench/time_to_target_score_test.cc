@@ -37,6 +37,21 @@ TEST_CASE("the steady step time is the median interval after the warm-up") {
   CHECK(*steady_step_seconds(ends, 2) == doctest::Approx(1.0));
   CHECK(*steady_step_seconds(ends, 0) == doctest::Approx(1.0));
   CHECK(!steady_step_seconds(ends, 5));  // 1 interval left: not a steady rate
+  // The mean counts the straggler: (13 - 5) / 6 after the first warm-up step.
+  CHECK(*mean_step_seconds(ends, 1) == doctest::Approx(8.0 / 5.0));
+  CHECK(*mean_step_seconds(ends, 2) == doctest::Approx(7.0 / 4.0));
+  CHECK(!mean_step_seconds(ends, 5));
+}
+
+TEST_CASE("steps that come in bursts: a median far below the mean gives them away") {
+  // A p2p timed run whose busy answers stalled some steps (seen in this code's
+  // history): a 4.5 s stall, then three steps ending together.
+  const std::vector<double> ends = {0, 1, 2, 3, 7.5, 7.503, 7.503, 7.503, 8.485, 9.689, 10.708, 11.23, 11.882};
+  const double median = *steady_step_seconds(ends, 3), mean = *mean_step_seconds(ends, 3);
+  CHECK(median < 0.7);
+  CHECK(mean == doctest::Approx(0.986).epsilon(0.01));
+  CHECK(steps_in_bursts(median, mean));
+  CHECK(!steps_in_bursts(0.40, 0.42));  // a steady run
 }
 
 TEST_CASE("a spread over seeds: mean, min and max") {
