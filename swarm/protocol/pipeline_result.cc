@@ -29,11 +29,8 @@ Result<wire::Frames> encode_pipeline_result(int stage, uint64_t request_id, uint
   const StageReply& reply = *outcome;
   if (!reply.tensor || !reply.loss) return internal("a pipeline's result needs its gradient and its loss");
   tensors.push_back(*reply.tensor);
-  const int64_t values = 1 + static_cast<int64_t>(reply.metrics.size());
-  SWARM_ASSIGN_OR_RETURN(Tensor loss, Tensor::empty(Shape{values}, DType::f32));
-  loss.data<float>()[0] = *reply.loss;
-  std::copy(reply.metrics.begin(), reply.metrics.end(), loss.data<float>() + 1);
-  tensors.push_back(raw_tensor(loss));
+  SWARM_ASSIGN_OR_RETURN(wire::EncodedTensor losses, loss_tensor(*reply.loss, reply.metrics));
+  tensors.push_back(std::move(losses));
   return wire::encode_message_payloads(header, tensors);
 }
 

@@ -282,13 +282,17 @@ Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageRep
   std::vector<wire::EncodedTensor> tensors;
   if (reply.tensor) tensors.push_back(*reply.tensor);
   if (reply.loss) {
-    const int64_t values = 1 + static_cast<int64_t>(reply.metrics.size());
-    SWARM_ASSIGN_OR_RETURN(Tensor loss, Tensor::empty(Shape{values}, DType::f32));
-    loss.data<float>()[0] = *reply.loss;
-    std::copy(reply.metrics.begin(), reply.metrics.end(), loss.data<float>() + 1);
-    tensors.push_back(raw_tensor(loss));
+    SWARM_ASSIGN_OR_RETURN(wire::EncodedTensor losses, loss_tensor(*reply.loss, reply.metrics));
+    tensors.push_back(std::move(losses));
   }
   return wire::encode_message_payloads(header, tensors);
+}
+
+Result<wire::EncodedTensor> loss_tensor(float loss, std::span<const float> metrics) {
+  SWARM_ASSIGN_OR_RETURN(Tensor values, Tensor::empty(Shape{1 + static_cast<int64_t>(metrics.size())}, DType::f32));
+  values.data<float>()[0] = loss;
+  std::copy(metrics.begin(), metrics.end(), values.data<float>() + 1);
+  return raw_tensor(values);
 }
 
 Result<StageReply> parse_reply(const wire::Frames& frames, const wire::Limits& limits, bool has_loss) {

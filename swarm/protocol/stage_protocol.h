@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -217,6 +218,8 @@ Result<wire::Frames> encode_request(const StageRequest& request, int stage, Code
 Result<StageCall> check_request(const wire::DecodedMessage& message, const StageSpec& spec);
 
 Result<wire::Frames> encode_reply(uint64_t request_id, int stage, const StageReply& reply);
+// The loss stage's loss and metrics as they travel: one raw f32 tensor [loss, metrics...].
+Result<wire::EncodedTensor> loss_tensor(float loss, std::span<const float> metrics);
 
 // The `info` exchange: a peer answers with its StageSpec (as a JSON u8 tensor), so a
 // trainer or tool can check what a stage takes and sends before routing to it, and
