@@ -224,9 +224,6 @@ class StageService {
     return frames.is_ok() ? std::move(frames).value() : error(frames.status());
   }
 
-  // Pipelines answered at once and still in progress here.
-  size_t answered_pipelines_running() const { return hop_workers_.running(); }
-
  private:
   // A served request's samples and time, once: a backward or a pipeline counts its
   // samples toward the step.

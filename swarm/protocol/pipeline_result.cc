@@ -88,6 +88,7 @@ wire::Frames encode_acceptance(uint64_t request_id, int stage) {
 }
 
 bool is_acceptance(const wire::Frames& answer) {
+  if (answer.parts.size() != 1) return false;  // tensors follow the header: a reply, not decoded twice
   auto decoded = wire::decode_message(answer.views(), wire::Limits{});
   return decoded.is_ok() && decoded->header.kind == wire::MessageKind::result && decoded->tensors.empty();
 }

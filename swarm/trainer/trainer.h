@@ -487,7 +487,6 @@ class Trainer {
   // trainer passed on, from the peer that took it; refused unless that peer sends
   // it for that microbatch under the pipeline's token (HopReturns).
   Status deliver_pipeline_result(protocol::PipelineResult result) { return returns_.deliver(std::move(result)); }
-  HopReturnCounts hop_returns() const { return returns_.counts(); }
   // The peer stops: whatever waits for an outcome gives up now.
   void close_hop_returns() { returns_.close(); }
 
@@ -801,15 +800,13 @@ class Trainer {
     }
     // Silent: nothing came back by the deadline, neither an answer nor, once it
     // was accepted, an outcome.
-    bool silent = !frames.is_ok() && frames.status().code() == StatusCode::deadline_exceeded;
-    Result<protocol::StageReply> reply = frames.status();
-    if (answered && frames.is_ok() && protocol::is_acceptance(*frames)) {
-      reply = returns_.wait(message.return_id, wait_until);
-      silent = !reply.is_ok() && reply.status().code() == StatusCode::deadline_exceeded;
-    } else {
-      returns_.forget(message.return_id);
-      if (frames.is_ok()) reply = protocol::parse_reply(*frames, wire::Limits{}, hop.has_loss);
-    }
+    const bool accepted = answered && frames.is_ok() && protocol::is_acceptance(*frames);
+    if (!accepted) returns_.forget(message.return_id);
+    Result<protocol::StageReply> reply =
+        accepted        ? returns_.wait(message.return_id, wait_until)
+        : frames.is_ok() ? protocol::parse_reply(*frames, wire::Limits{}, hop.has_loss)
+                         : Result<protocol::StageReply>(frames.status());
+    const bool silent = (accepted ? reply.status() : frames.status()).code() == StatusCode::deadline_exceeded;
     const double duration = now() - started;
     const bool ok = reply.is_ok();
     const Outcome outcome = ok ? Outcome::success
